@@ -1,0 +1,117 @@
+"""The communicator interface every backend implements, and its byte counters.
+
+Strategies receive a :class:`Communicator` and never see MPI directly. Every collective
+takes a ``purpose`` so that the bytes each rank hands to the network are counted once,
+here, split the way the papers report them: training synchronization, monitoring state
+(FDA's tiny per-step AllReduce), evaluation, and control messages.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["Communicator", "PURPOSES", "as_numpy"]
+
+#: What a collective is for; the counters are keyed by these names.
+PURPOSES = ("sync", "monitor", "eval", "control")
+
+
+def as_numpy(buf: np.ndarray | torch.Tensor) -> np.ndarray:
+    """A zero-copy NumPy view of a contiguous CPU buffer (tensor or array)."""
+    if isinstance(buf, torch.Tensor):
+        if buf.device.type != "cpu":
+            raise ValueError(
+                f"buffer on {buf.device}: this backend reduces CPU buffers; use --backend torch for GPU tensors"
+            )
+        buf = buf.detach().numpy()
+    if not buf.flags.c_contiguous:
+        raise ValueError("buffer is not contiguous: reduce a flat parameter buffer (fdahpc.params.FlatParams)")
+    return buf
+
+
+def _nbytes(buf) -> int:
+    return buf.nbytes if isinstance(buf, np.ndarray) else buf.numel() * buf.element_size()
+
+
+class Communicator(ABC):
+    """Rank, size and the few collectives fdahpc needs.
+
+    ``bytes_sent[purpose]`` is the payload this rank handed to collectives (the buffer
+    size per call, whatever algorithm the library uses underneath), so summing it over
+    ranks gives the upload volume the papers count.
+    """
+
+    rank: int
+    world_size: int
+
+    def __init__(self) -> None:
+        self.bytes_sent = {p: 0 for p in PURPOSES}
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def _count(self, purpose: str, nbytes: int) -> None:
+        if purpose not in self.bytes_sent:
+            raise ValueError(f"purpose {purpose!r}: unknown; use one of {', '.join(PURPOSES)}")
+        self.bytes_sent[purpose] += int(nbytes)
+
+    def allreduce_sum_(self, buf, purpose: str):
+        """Sum ``buf`` over ranks, in place; returns ``buf``."""
+        self._count(purpose, _nbytes(buf))
+        self._allreduce_sum(buf)
+        return buf
+
+    def allreduce_mean_(self, buf, purpose: str):
+        """Average ``buf`` over ranks, in place; returns ``buf``."""
+        self.allreduce_sum_(buf, purpose)
+        if self.world_size > 1:
+            buf *= 1.0 / self.world_size
+        return buf
+
+    def bcast_(self, buf, purpose: str, root: int = 0):
+        """Overwrite ``buf`` on every rank with root's copy, in place; returns ``buf``."""
+        self._count(purpose, _nbytes(buf) if self.rank == root else 0)
+        self._bcast(buf, root)
+        return buf
+
+    def allgather(self, arr: np.ndarray, purpose: str) -> np.ndarray:
+        """Gather a small array of identical shape from every rank: result ``(world_size, *shape)``."""
+        arr = np.ascontiguousarray(arr)
+        self._count(purpose, arr.nbytes)
+        return self._allgather(arr)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"bytes_sent": dict(self.bytes_sent)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.bytes_sent.update(state["bytes_sent"])
+
+    # Backend hooks -------------------------------------------------------------
+    @abstractmethod
+    def _allreduce_sum(self, buf) -> None: ...
+
+    @abstractmethod
+    def _bcast(self, buf, root: int) -> None: ...
+
+    @abstractmethod
+    def _allgather(self, arr: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def allgather_obj(self, obj: Any) -> list[Any]:
+        """Pickled gather of a small Python object (control messages, errors); not counted."""
+
+    @abstractmethod
+    def bcast_obj(self, obj: Any, root: int = 0) -> Any:
+        """Pickled broadcast of a small Python object from ``root``; not counted."""
+
+    @abstractmethod
+    def barrier(self) -> None: ...
+
+    @abstractmethod
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job now (used when one rank fails)."""

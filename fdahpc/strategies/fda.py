@@ -1,0 +1,157 @@
+"""Federated Dynamic Averaging: synchronize only when the models have drifted apart.
+
+Theologitis, Frangias, Anestis, Samoladas, Deligiannakis, "Communication-Efficient
+Distributed Deep Learning via Federated Dynamic Averaging", EDBT 2025, arXiv 2405.20988.
+
+Every local step each worker reduces a small state ``S_k`` computed from its drift
+``u_k = w_k - w_t0``; every worker evaluates the same ``H(mean S_k)``, an over-estimate of
+the model variance ``Var = mean ||u_k||^2 - ||mean u_k||^2``, and the full models are
+averaged only when ``H > Θ``. The trigger is independent of the aggregation rule, so it
+can drive a plain mean, FedAvgM, FedAdam or FedAdp alike.
+
+- LinearFDA: ``S_k = (||u_k||^2, <ξ, u_k>)``, ``H = mean ||u||^2 - (mean <ξ,u>)^2``;
+  a deterministic bound for any unit ξ (Cauchy–Schwarz). ξ points from the previous
+  synchronized model to the last one, or is a seeded random unit vector until two
+  synchronizations have happened.
+- SketchFDA: ``S_k = (||u_k||^2, sk(u_k))`` with an AMS sketch (:mod:`fdahpc.sketch`),
+  ``H = mean ||u||^2 - M2(mean sk(u)) / (1 + ε)``; holds with probability ≥ 1 - δ.
+
+Θ = 0 is the synchronous limit: every step synchronizes, even when the sketch's noise
+makes the estimate non-positive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..comm import Communicator
+from ..sketch import AmsSketch, estimate_sq_norm
+
+__all__ = ["LinearFDATrigger", "SketchFDATrigger", "exact_variance"]
+
+
+def exact_variance(comm: Communicator, u: torch.Tensor) -> float:
+    """Var = mean ||u_k||^2 - ||mean u_k||^2, with one full AllReduce (counted as evaluation)."""
+    local = np.array([float(torch.dot(u, u))])
+    comm.allreduce_mean_(local, "eval")
+    mean_u = u.clone()
+    comm.allreduce_mean_(mean_u, "eval")
+    return float(local[0] - torch.dot(mean_u, mean_u))
+
+
+class _FDATrigger:
+    """The part both variants share: drift, the one state AllReduce, the decision, records."""
+
+    needs_anchor = True
+
+    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int,
+                 log_every: int = 1, log_variance: bool = False) -> None:
+        if theta < 0:
+            raise ValueError(f"theta {theta}: must be >= 0, e.g. 1.0")
+        self.comm = comm
+        self.theta = float(theta)
+        self.log_every = log_every
+        self.log_variance = log_variance
+        self.state = np.zeros(state_len, dtype=np.float32)  # what goes on the wire
+        self.state_bytes = self.state.nbytes
+        self._u: torch.Tensor | None = None  # drift scratch, allocated beside w on first use
+        self._records: list[tuple[str, float]] = []
+        self.last_h = float("nan")
+
+    def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
+        if self._u is None:
+            self._u = torch.empty_like(w)
+        u = torch.sub(w, anchor, out=self._u)
+        self.state[0] = torch.dot(u, u)
+        self._local_state(u)
+        self.comm.allreduce_mean_(self.state, "monitor")
+        self.last_h = h = self._estimate()
+        self._records.clear()
+        if step % self.log_every == 0:
+            self._records += [("fda/step", step), ("fda/h", h)]
+            if self.log_variance:
+                self._records.append(("fda/variance", exact_variance(self.comm, u)))
+        return h > self.theta or self.theta == 0.0
+
+    def records(self) -> list[tuple[str, float]]:
+        return self._records
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"theta": self.theta}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.theta = state["theta"]
+
+
+class LinearFDATrigger(_FDATrigger):
+    """8 bytes per step: the squared drift and its projection on ξ."""
+
+    def __init__(self, comm: Communicator, dim: int, theta: float, *, seed: int = 0, **kw) -> None:
+        super().__init__(comm, dim, theta, state_len=2, **kw)
+        gen = torch.Generator().manual_seed(seed)
+        self.xi = torch.randn(dim, generator=gen, dtype=torch.float32)
+        self.xi /= torch.linalg.vector_norm(self.xi)
+        self.syncs_seen = 0
+
+    def _local_state(self, u: torch.Tensor) -> None:
+        if self.xi.device != u.device:
+            self.xi = self.xi.to(u.device)
+        self.state[1] = torch.dot(self.xi, u)
+
+    def _estimate(self) -> float:
+        sq_norm, proj = float(self.state[0]), float(self.state[1])
+        return sq_norm - proj * proj
+
+    def on_sync(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
+        # ξ needs two synchronized models; the initial model is not one of them.
+        self.syncs_seen += 1
+        if self.syncs_seen < 2:
+            return
+        direction = new_anchor - old_anchor
+        norm = torch.linalg.vector_norm(direction)
+        if norm > 0:
+            torch.div(direction, norm, out=self.xi)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "xi": self.xi.clone(), "syncs_seen": self.syncs_seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.xi.copy_(state["xi"])
+        self.syncs_seen = state["syncs_seen"]
+
+
+class SketchFDATrigger(_FDATrigger):
+    """4 + 4·l·m bytes per step: the squared drift and an AMS sketch of the drift."""
+
+    def __init__(self, comm: Communicator, dim: int, theta: float, *, rows: int = 5, cols: int = 250,
+                 eps: float | None = None, seed: int = 0, **kw) -> None:
+        super().__init__(comm, dim, theta, state_len=1 + rows * cols, **kw)
+        self.eps = 1.0 / np.sqrt(cols) if eps is None else float(eps)
+        self.sketcher = AmsSketch(dim, rows=rows, cols=cols, seed=seed)
+        self._sk = np.empty((rows, cols), dtype=np.float64)
+
+    def _local_state(self, u: torch.Tensor) -> None:
+        if u.device.type == "cpu":
+            self.sketcher.sketch_into(u, self._sk)
+        else:
+            self._sk[...] = self.sketcher.sketch_torch(u).cpu().numpy()
+        self.state[1:] = self._sk.ravel()
+
+    def _estimate(self) -> float:
+        mean_sk = self.state[1:].reshape(self._sk.shape).astype(np.float64)
+        return float(self.state[0]) - estimate_sq_norm(mean_sk) / (1.0 + self.eps)
+
+    def on_sync(self, old_anchor, new_anchor) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "eps": self.eps, "sketch": self.sketcher.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.eps = state["eps"]
+        self.sketcher.load_state_dict(state["sketch"])

@@ -1,0 +1,41 @@
+"""Shared fixtures: a communicator that is the local backend in a plain pytest run and
+MPI.COMM_WORLD under ``mpiexec -n N python -m pytest --with-mpi``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _with_mpi(config) -> bool:
+    return bool(getattr(config.option, "with_mpi", False))
+
+
+@pytest.fixture(scope="session")
+def comm(request):
+    from fdahpc.comm import LocalCommunicator
+
+    if _with_mpi(request.config):
+        from fdahpc.comm.mpi import MPICommunicator
+
+        return MPICommunicator()
+    return LocalCommunicator()
+
+
+def run_python(args, *, ranks: int = 1, timeout: float = 180, cwd=None, env_extra=None):
+    """Run ``python ARGS`` (under ``mpiexec -n ranks`` when ranks > 1) with a hard timeout."""
+    import subprocess
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(env_extra or {})
+    cmd = [sys.executable, *args]
+    if ranks > 1:
+        cmd = ["mpiexec", "-n", str(ranks), *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO, env=env)

@@ -1,0 +1,62 @@
+"""Communicator collectives with rank-dependent inputs and closed-form results.
+
+Each test runs in one process (local backend) and again under
+``mpiexec -n 2 python -m pytest --with-mpi -m "mpi or distributed"`` (MPI backend).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.distributed
+
+
+def test_allreduce_mean_numpy_and_torch(comm):
+    k, r = comm.world_size, comm.rank
+    a = np.full(1000, float(r), dtype=np.float32)
+    comm.allreduce_mean_(a, "sync")
+    assert np.allclose(a, sum(range(k)) / k)
+    t = torch.arange(7, dtype=torch.float32) + r
+    out = comm.allreduce_mean_(t, "sync")
+    assert out is t
+    assert torch.allclose(t, torch.arange(7, dtype=torch.float32) + sum(range(k)) / k)
+
+
+def test_allreduce_sum_float64(comm):
+    v = np.array([comm.rank, 1.0, 2.0 ** 40])
+    comm.allreduce_sum_(v, "eval")
+    k = comm.world_size
+    assert v.tolist() == [sum(range(k)), k, k * 2.0 ** 40]
+
+
+def test_byte_counters_by_purpose(comm):
+    before = dict(comm.bytes_sent)
+    comm.allreduce_mean_(np.zeros(10, np.float32), "monitor")
+    comm.allgather(np.zeros(3, np.float64), "monitor")
+    comm.allreduce_sum_(torch.zeros(5, dtype=torch.float32), "eval")
+    assert comm.bytes_sent["monitor"] - before["monitor"] == 40 + 24
+    assert comm.bytes_sent["eval"] - before["eval"] == 20
+    assert comm.bytes_sent["sync"] == before["sync"]
+    with pytest.raises(ValueError, match="purpose"):
+        comm.allreduce_sum_(np.zeros(1), "training")
+
+
+def test_allgather_and_objects(comm):
+    got = comm.allgather(np.array([comm.rank, 10 * comm.rank], dtype=np.int64), "control")
+    assert got.shape == (comm.world_size, 2)
+    assert got[:, 0].tolist() == list(range(comm.world_size))
+    assert comm.allgather_obj({"r": comm.rank}) == [{"r": i} for i in range(comm.world_size)]
+    assert comm.bcast_obj("root says" if comm.is_root else None) == "root says"
+
+
+def test_bcast_buffer(comm):
+    t = torch.full((4,), float(comm.rank + 1))
+    comm.bcast_(t, "control")
+    assert torch.equal(t, torch.ones(4))
+
+
+def test_rejects_non_contiguous(comm):
+    if comm.world_size == 1:
+        pytest.skip("the local backend never touches the buffer")
+    with pytest.raises(ValueError, match="contiguous"):
+        comm.allreduce_sum_(np.zeros((4, 4), np.float32)[:, 0], "sync")

@@ -1,0 +1,90 @@
+"""Model zoo: parameter counts against the papers, shapes, determinism, argument checks."""
+
+import pytest
+import torch
+from torch import nn
+
+from fdahpc.models import MODELS, build_model, count_params
+
+MNIST = (1, 28)
+CIFAR = (3, 32)
+
+
+@pytest.mark.parametrize(
+    "name, shape, low, high",
+    [
+        ("lenet5", MNIST, 60_000, 65_000),  # FDA paper: ~62 K
+        ("vgg16star", MNIST, 2_400_000, 2_800_000),  # FDA paper: ~2.6 M
+        ("resnet18", CIFAR, 11_000_000, 11_400_000),  # ~11.2 M
+    ],
+)
+def test_param_counts_match_the_papers(name, shape, low, high):
+    n = count_params(build_model(name, *shape, num_classes=10))
+    assert low <= n <= high, n
+
+
+def test_small_models_have_exact_closed_form_counts():
+    assert count_params(build_model("mlr", 1, 28, 10)) == 28 * 28 * 10 + 10
+    assert count_params(build_model("lenet5", 1, 28, 10)) == 61_706
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("shape", [MNIST, CIFAR])
+def test_forward_shape(name, shape):
+    torch.manual_seed(0)
+    model = build_model(name, *shape, num_classes=7).eval()
+    with torch.no_grad():
+        y = model(torch.randn(2, shape[0], shape[1], shape[1]))
+    assert y.shape == (2, 7)
+    assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("name", ["lenet5", "mlr", "cnn"])
+def test_same_seed_same_init_other_seed_differs(name):
+    def flat(seed):
+        torch.manual_seed(seed)
+        model = build_model(name, 1, 28, 10)
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    assert torch.equal(flat(3), flat(3))
+    assert not torch.equal(flat(3), flat(4))
+
+
+def test_glorot_init_zero_biases_and_glorot_bound():
+    model = build_model("lenet5", 1, 28, 10)
+    fc = [m for m in model.modules() if isinstance(m, nn.Linear)][0]
+    bound = (6.0 / (fc.in_features + fc.out_features)) ** 0.5
+    assert fc.bias.abs().max() == 0
+    assert fc.weight.abs().max() <= bound
+    assert fc.weight.abs().max() > 0.9 * bound  # spans the Glorot range, not torch's narrower default
+
+
+def test_resnet_bn_running_stats_are_buffers_not_params():
+    model = build_model("resnet18", 3, 32, 10)
+    buffers = sum(b.numel() for name, b in model.named_buffers() if "running" in name)
+    assert buffers > 0
+    assert count_params(model) == sum(p.numel() for p in model.parameters())
+
+
+def test_count_params_skips_frozen():
+    model = build_model("mlr", 1, 28, 10)
+    model[1].bias.requires_grad_(False)
+    assert count_params(model) == 28 * 28 * 10
+
+
+def test_unknown_name_lists_the_choices():
+    with pytest.raises(ValueError, match=r"model 'lenet': unknown; choose one of lenet5, mlr, cnn, vgg16star, resnet18"):
+        build_model("lenet", 1, 28, 10)
+
+
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(in_channels=0, image_size=28, num_classes=10), "in_channels"),
+        (dict(in_channels=1, image_size=8, num_classes=10), "image_size"),
+        (dict(in_channels=1, image_size=28, num_classes=1), "num_classes"),
+    ],
+)
+def test_bad_shapes_name_the_argument(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        build_model("lenet5", **kwargs)

@@ -1,0 +1,112 @@
+"""fdahpc.plot: figures from tiny hand-written run files, and one-line errors on bad input."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from fdahpc.plot import main, read_run, run_label
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _write_run(path, strategy, target=0.9, **config):
+    cfg = {"strategy": strategy, "theta": 1.5, "tau": None, "partition": "iid", **config}
+    steps = np.arange(0, 500, 100, dtype=np.int64)
+    with h5py.File(path, "w") as h5:
+        h5.attrs.update(
+            strategy=strategy, model="lenet5", dataset="mnist5k", partition=cfg["partition"],
+            world_size=2, workers=2, params=61706, steps=400, syncs=3, comm_bytes=10**7,
+            comm_bytes_rank0=5 * 10**6, final_accuracy=0.93, target_accuracy=target,
+            steps_to_target=300, comm_bytes_to_target=8 * 10**6, wall_seconds=1.0,
+            config=json.dumps(cfg),
+        )
+        h5["eval/step"] = steps
+        h5["eval/accuracy"] = np.linspace(0.1, 0.93, len(steps))
+        h5["eval/loss"] = np.linspace(2.3, 0.2, len(steps))
+        h5["eval/comm_bytes"] = steps * 25_000
+        h5["sync/step"] = np.array([100, 200, 300], dtype=np.int64)
+    return str(path)
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    return [
+        _write_run(tmp_path / "fda.h5", "sketchfda"),
+        _write_run(tmp_path / "avg.h5", "fedavg", target=-1.0, tau=50),
+    ]
+
+
+def test_main_writes_a_png(two_runs, tmp_path, capsys):
+    out = tmp_path / "fig.png"
+    assert main([*two_runs, "-o", str(out)]) == 0
+    data = out.read_bytes()
+    assert data.startswith(PNG_MAGIC)
+    assert len(data) > 10_000
+    assert capsys.readouterr().err == ""
+
+
+def test_log_gb_axis(two_runs, tmp_path):
+    out = tmp_path / "fig.png"
+    assert main([*two_runs, "-o", str(out), "--log-gb"]) == 0
+    assert out.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_read_run_scales_bytes_to_gigabytes_and_drops_negative_target(two_runs):
+    fda, avg = (read_run(p) for p in two_runs)
+    assert fda.gigabytes[-1] == pytest.approx(400 * 25_000 / 1e9)
+    assert fda.target_accuracy == 0.9
+    assert avg.target_accuracy == 0.0
+
+
+def test_labels_show_only_the_settings_that_apply(two_runs):
+    assert read_run(two_runs[0]).label == "sketchfda K=2 θ=1.5 iid"
+    assert read_run(two_runs[1]).label == "fedavg K=2 τ=50 iid"
+    assert run_label({"strategy": "synchronous"}, {}) == "synchronous"
+
+
+def _one_line_error(capsys, *words):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err, err
+
+
+def test_missing_output_flag(two_runs, capsys):
+    assert main(two_runs) == 2
+    _one_line_error(capsys, "-o")
+
+
+def test_missing_file(tmp_path, capsys):
+    assert main([str(tmp_path / "nope.h5"), "-o", str(tmp_path / "f.png")]) == 2
+    _one_line_error(capsys, "nope.h5", "not found")
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_not_hdf5(tmp_path, capsys):
+    bogus = tmp_path / "notes.h5"
+    bogus.write_text("hello")
+    assert main([str(bogus), "-o", str(tmp_path / "f.png")]) == 2
+    _one_line_error(capsys, "notes.h5", "not an HDF5 file")
+
+
+def test_hdf5_but_not_a_run_file(tmp_path, capsys):
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as h5:
+        h5["x"] = np.zeros(3)
+    assert main([str(other), "-o", str(tmp_path / "f.png")]) == 2
+    _one_line_error(capsys, "other.h5", "not an fdahpc run file")
+
+
+def test_no_runs_and_unknown_flag(tmp_path, capsys):
+    assert main(["-o", str(tmp_path / "f.png")]) == 2
+    _one_line_error(capsys, "no run files")
+    assert main(["--bogus"]) == 2
+    _one_line_error(capsys, "--bogus", "usage")
+
+
+def test_bad_output_extension(two_runs, tmp_path, capsys):
+    assert main([*two_runs, "-o", str(tmp_path / "fig.nope")]) == 2
+    _one_line_error(capsys, "fig.nope")
