@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import json
 import math
-import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -126,11 +125,11 @@ def _validate(c: TrainConfig) -> None:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus the error; a cluster log wants the one line that matters."""
+    """argparse prints usage and exits on every rank; we want the one line that matters,
+    printed once by rank 0, so a parse error becomes the same ValueError as a bad value."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
+        raise ValueError(f"{message} (see --help)")
 
 
 def _arg_type(f: dataclasses.Field):

@@ -15,6 +15,7 @@ file holding everything up to its last evaluation.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections import defaultdict
 from typing import Any
 
@@ -33,8 +34,15 @@ def check_writable(path: str) -> None:
         raise PermissionError(f"--out {path}: cannot create folder {folder} ({exc.strerror}); choose a writable path") from None
     if os.path.isdir(path):
         raise ValueError(f"--out {path}: is a folder; give a file name such as {os.path.join(path, 'run.h5')}")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise PermissionError(f"--out {path}: not writable; choose a writable path")
+    # Probe by creating a file: os.access answers "yes" to root on read-only mounts.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".fdahpc-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise PermissionError(f"--out {path}: folder {folder} is not writable ({exc.strerror}); choose a writable path") from None
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise PermissionError(f"--out {path}: file exists and is not writable; choose another path")
 
 
 class RunFile:

@@ -40,9 +40,11 @@ float32 inputs. Numba compiles the kernels on first use (and caches them on disk
 
 from __future__ import annotations
 
+import sys
+
 import numba
 import numpy as np
-from numba import njit, parallel_chunksize, prange
+from numba import njit, prange
 
 __all__ = ["AmsSketch", "estimate_sq_norm", "hash_coefficients", "MERSENNE_P"]
 
@@ -166,55 +168,97 @@ def _chunk_kernel(vec, codes, lo, hi, t, cols):
 
 
 @njit(**_JIT)
-def _chunk_kernel_5(vec, codes, lo, hi, t, cols):
-    """_chunk_kernel unrolled for the default rows = 5: five independent
-    load-add-stores per element instead of a loop with a carried offset."""
-    flat = codes.reshape(-1)
-    w = np.uint64(2 * cols)
-    o1, o2, o3, o4 = w, w + w, w + w + w, w + w + w + w
-    for i in range(np.uint64(lo), np.uint64(hi)):
-        x = np.float64(vec[i])
-        b = i * np.uint64(5)
-        t[flat[b]] += x
-        t[o1 + flat[b + np.uint64(1)]] += x
-        t[o2 + flat[b + np.uint64(2)]] += x
-        t[o3 + flat[b + np.uint64(3)]] += x
-        t[o4 + flat[b + np.uint64(4)]] += x
+def _lane(word, j):
+    """16-bit lane j of a little-endian uint64 word: one packed code."""
+    return (word >> np.uint64(16 * j)) & np.uint64(0xFFFF)
 
 
 @njit(**_JIT)
-def _sketch_chunk(vec, codes, lo, hi, t, cols):
-    """t = sign-split sketch of vec[lo:hi]."""
+def _chunk_kernel_5(vec, codes, words, lo, hi, t, cols):
+    """_chunk_kernel for the default rows = 5, about 1.5x faster from memory.
+
+    The kernel is limited by load/store slots (three memory operations per row and
+    element) more than by bandwidth. Four elements have 20 codes, exactly five aligned
+    uint64 words, so five loads fetch what twenty uint16 loads would; the lanes are
+    split off with shifts, which have ports to spare.
+    """
+    g_lo = (lo + 3) // 4
+    g_hi = hi // 4
+    if g_lo >= g_hi:
+        _chunk_kernel(vec, codes, lo, hi, t, cols)
+        return
+    _chunk_kernel(vec, codes, lo, 4 * g_lo, t, cols)
+    w = np.uint64(2 * cols)
+    o1, o2, o3, o4 = w, w + w, w + w + w, w + w + w + w
+    for g in range(np.uint64(g_lo), np.uint64(g_hi)):
+        e = g * np.uint64(4)
+        x0 = np.float64(vec[e])
+        x1 = np.float64(vec[e + np.uint64(1)])
+        x2 = np.float64(vec[e + np.uint64(2)])
+        x3 = np.float64(vec[e + np.uint64(3)])
+        k = g * np.uint64(5)
+        a = words[k]
+        b = words[k + np.uint64(1)]
+        c = words[k + np.uint64(2)]
+        d = words[k + np.uint64(3)]
+        f = words[k + np.uint64(4)]
+        # element e+q, row r sits at flat code 5(e+q) + r: word (5q+r)//4, lane (5q+r)%4
+        t[_lane(a, 0)] += x0
+        t[o1 + _lane(a, 1)] += x0
+        t[o2 + _lane(a, 2)] += x0
+        t[o3 + _lane(a, 3)] += x0
+        t[o4 + _lane(b, 0)] += x0
+        t[_lane(b, 1)] += x1
+        t[o1 + _lane(b, 2)] += x1
+        t[o2 + _lane(b, 3)] += x1
+        t[o3 + _lane(c, 0)] += x1
+        t[o4 + _lane(c, 1)] += x1
+        t[_lane(c, 2)] += x2
+        t[o1 + _lane(c, 3)] += x2
+        t[o2 + _lane(d, 0)] += x2
+        t[o3 + _lane(d, 1)] += x2
+        t[o4 + _lane(d, 2)] += x2
+        t[_lane(d, 3)] += x3
+        t[o1 + _lane(f, 0)] += x3
+        t[o2 + _lane(f, 1)] += x3
+        t[o3 + _lane(f, 2)] += x3
+        t[o4 + _lane(f, 3)] += x3
+    _chunk_kernel(vec, codes, 4 * g_hi, hi, t, cols)
+
+
+@njit(**_JIT)
+def _sketch_chunk(vec, codes, words, lo, hi, t, cols):
+    """t = sign-split sketch of vec[lo:hi]; words is empty where lanes cannot be used."""
     t[:] = 0.0
-    if codes.shape[1] == 5:
-        _chunk_kernel_5(vec, codes, lo, hi, t, cols)
+    if codes.shape[1] == 5 and words.size > 0:
+        _chunk_kernel_5(vec, codes, words, lo, hi, t, cols)
     else:
         _chunk_kernel(vec, codes, lo, hi, t, cols)
 
 
 @njit(**_JIT_PARALLEL)
-def _sketch_kernel_parallel(vec, codes, scratch, out, chunk):
+def _sketch_kernel_parallel(vec, codes, words, scratch, out, chunk):
     """out = sk(vec); chunk c of ``chunk`` elements goes into its own table scratch[c].
 
-    Chunks are handed out one at a time (dynamic schedule), so a thread slowed by
-    another process on a shared core does not hold up the rest.
+    The caller sets numba's parallel chunk size to 1 (a ``with parallel_chunksize``
+    block here would defeat caching), so chunks are handed out one at a time and a
+    thread slowed by another process on a shared core does not hold up the rest.
     """
     dim = vec.shape[0]
     cols = out.shape[1]
-    with parallel_chunksize(1):
-        for c in prange(scratch.shape[0]):
-            _sketch_chunk(vec, codes, c * chunk, min(dim, (c + 1) * chunk), scratch[c], cols)
+    for c in prange(scratch.shape[0]):
+        _sketch_chunk(vec, codes, words, c * chunk, min(dim, (c + 1) * chunk), scratch[c], cols)
     _reduce_chunks(scratch, out)
 
 
 @njit(**_JIT)
-def _sketch_kernel_serial_chunks(vec, codes, scratch, out, chunk):
+def _sketch_kernel_serial_chunks(vec, codes, words, scratch, out, chunk):
     """_sketch_kernel_parallel on the calling thread, same chunks, same bits: for one
     chunk or one thread, where waking the thread pool costs more than it saves."""
     dim = vec.shape[0]
     cols = out.shape[1]
     for c in range(scratch.shape[0]):
-        _sketch_chunk(vec, codes, c * chunk, min(dim, (c + 1) * chunk), scratch[c], cols)
+        _sketch_chunk(vec, codes, words, c * chunk, min(dim, (c + 1) * chunk), scratch[c], cols)
     _reduce_chunks(scratch, out)
 
 
@@ -284,8 +328,13 @@ class AmsSketch:
         self.seed = _check_int("seed", seed, 0, fix="; derive it from the run seed")
         bucket, sign = hash_coefficients(self.rows, self.seed)
         coeffs = np.array([b + s for b, s in zip(bucket, sign)], dtype=np.uint64)
-        self._codes = np.empty((self.dim, self.rows), dtype=np.uint16)
-        _hash_table_kernel(coeffs, np.int64(self.cols), self._codes)
+        # Padded to a multiple of 4 elements so that the table is also a whole number of
+        # uint64 words (see _chunk_kernel_5); the pad entries are never read as data.
+        padded = np.empty((-(-self.dim // 4) * 4, self.rows), dtype=np.uint16)
+        _hash_table_kernel(coeffs, np.int64(self.cols), padded)
+        self._codes = padded[: self.dim]
+        little = sys.byteorder == "little"
+        self._words = padded.reshape(-1).view(np.uint64) if little else np.empty(0, np.uint64)
         self._scratch = None
         self._device_codes = {}
 
@@ -315,13 +364,17 @@ class AmsSketch:
                 and out.flags.writeable):
             raise ValueError(f"out: expected a writeable C-contiguous float64 array of shape "
                              f"({self.rows}, {self.cols}); allocate it with np.empty")
-        if self._scratch is None:
-            nchunks = -(-self.dim // _CHUNK)
+        nchunks = -(-self.dim // _CHUNK)
+        if self._scratch is None or self._scratch.shape[0] != nchunks:
             self._scratch = np.empty((nchunks, 2 * self.rows * self.cols), dtype=np.float64)
         if self._scratch.shape[0] == 1 or numba.get_num_threads() == 1:
-            _sketch_kernel_serial_chunks(vec, self._codes, self._scratch, out, _CHUNK)
+            _sketch_kernel_serial_chunks(vec, self._codes, self._words, self._scratch, out, _CHUNK)
         else:
-            _sketch_kernel_parallel(vec, self._codes, self._scratch, out, _CHUNK)
+            previous = numba.set_parallel_chunksize(1)  # dynamic schedule, one chunk at a time
+            try:
+                _sketch_kernel_parallel(vec, self._codes, self._words, self._scratch, out, _CHUNK)
+            finally:
+                numba.set_parallel_chunksize(previous)
         return out
 
     def sketch_torch(self, vec):

@@ -153,9 +153,14 @@ def train(s: Setup) -> dict:
     )
     run = open_run_file(s.out, comm.is_root, attrs)
     loss_fn = torch.nn.CrossEntropyLoss()
+
+    def sent(purpose: str) -> int:
+        return comm.bytes_sent[purpose] - bytes_before[purpose]
+
     result = dict(steps_to_target=-1, comm_bytes_to_target=-1, final_accuracy=float("nan"), final_loss=float("nan"))
     start = time.perf_counter()
-    running_loss, last_eval = 0.0, 0
+    running_loss, last_eval, eval_seconds = 0.0, 0, 0.0
+    bytes_before = dict(comm.bytes_sent)  # the communicator may have served earlier runs
     s.model.train()
     try:
         for step in range(1, s.total_steps + 1):
@@ -176,7 +181,9 @@ def train(s: Setup) -> dict:
             due = step % s.steps_per_epoch == 0 or (cfg.eval_every and step % cfg.eval_every == 0) or step == s.total_steps
             if not due:
                 continue
+            t_eval = time.perf_counter()
             acc, test_loss = s.evaluator.evaluate(s.flat.w, s.model)
+            eval_seconds += time.perf_counter() - t_eval
             last_eval = step
             s.model.train()
             run.append("eval/step", step)
@@ -194,9 +201,9 @@ def train(s: Setup) -> dict:
                 break
         result.update(
             steps=strategy.steps, syncs=strategy.syncs, comm_bytes=strategy.comm_bytes(),
-            comm_bytes_rank0=comm.bytes_sent["sync"] + comm.bytes_sent["monitor"],
-            comm_bytes_monitor_rank0=comm.bytes_sent["monitor"], comm_bytes_eval_rank0=comm.bytes_sent["eval"],
-            wall_seconds=time.perf_counter() - start, last_eval_step=last_eval,
+            comm_bytes_rank0=sent("sync") + sent("monitor"),
+            comm_bytes_monitor_rank0=sent("monitor"), comm_bytes_eval_rank0=sent("eval"),
+            wall_seconds=time.perf_counter() - start, eval_seconds=eval_seconds, last_eval_step=last_eval,
         )
         run.set_attrs(**result)
     finally:

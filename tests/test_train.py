@@ -1,0 +1,175 @@
+"""The trainer end to end: in-process runs against the `comm` fixture, and real
+``mpiexec`` jobs as subprocesses with timeouts (a hang is a failure, never a wait)."""
+
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_python
+from fdahpc.config import TrainConfig
+from fdahpc.strategies import paper_comm_bytes
+from fdahpc.train import BatchStream, build, make_optimizer, train
+
+SMALL = dict(dataset="mnist5k", model="lenet5", batch_size=16, log_every=10**6)
+
+
+def run_inprocess(comm, tmp_path, **overrides):
+    out = comm.bcast_obj(str(tmp_path / "run.h5"))
+    cfg = TrainConfig(**{**SMALL, "out": out, **overrides})
+    setup = build(cfg, comm)
+    return setup, train(setup)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy,extra", [("synchronous", {}), ("fedavg", {"tau": 7})])
+def test_comm_bytes_follow_the_paper_formula(comm, tmp_path, strategy, extra):
+    setup, res = run_inprocess(comm, tmp_path, strategy=strategy, max_steps=30, **extra)
+    k, d = comm.world_size, setup.flat.dim
+    expected_syncs = 30 if strategy == "synchronous" else 30 // 7
+    assert res["syncs"] == expected_syncs
+    assert res["comm_bytes"] == expected_syncs * 4 * d * k * 2
+    # What this rank really handed to training collectives: one model per sync.
+    assert res["comm_bytes_rank0"] == expected_syncs * 4 * d
+
+
+@pytest.mark.distributed
+def test_run_file_schema(comm, tmp_path):
+    setup, res = run_inprocess(comm, tmp_path, strategy="fedavg", tau=5, max_steps=40, eval_every=10)
+    if not comm.is_root:
+        return
+    with h5py.File(setup.out) as f:
+        a = f.attrs
+        for key in ("strategy", "model", "dataset", "partition", "world_size", "workers", "params", "steps",
+                    "syncs", "comm_bytes", "comm_bytes_rank0", "final_accuracy", "target_accuracy",
+                    "steps_to_target", "comm_bytes_to_target", "wall_seconds", "config"):
+            assert key in a, key
+        assert a["strategy"] == "fedavg" and a["workers"] == comm.world_size and a["params"] == setup.flat.dim
+        assert a["steps"] == 40 and a["syncs"] == 8 and a["steps_to_target"] == -1
+        assert json.loads(a["config"])["tau"] == 5
+        assert f["eval/step"][:].tolist() == [10, 20, 30, 40]
+        assert f["sync/step"][:].tolist() == [5, 10, 15, 20, 25, 30, 35, 40]
+        assert np.all(np.diff(f["eval/comm_bytes"][:]) > 0)
+        assert f["eval/accuracy"][-1] == pytest.approx(res["final_accuracy"])
+
+
+def test_one_rank_synchronous_equals_plain_training(tmp_path):
+    """With one worker, averaging is the identity: fdahpc must not perturb training."""
+    from fdahpc.comm import LocalCommunicator
+    from fdahpc.data import load_dataset
+    from fdahpc.models import build_model
+
+    setup, _ = run_inprocess(LocalCommunicator(), tmp_path, strategy="synchronous", max_steps=25, seed=3)
+    data = load_dataset("mnist5k")
+    torch.manual_seed(3)
+    model = build_model("lenet5", 1, 28, 10)
+    opt = make_optimizer("adam", model.parameters(), 1e-3, 0.0)
+    batches = BatchStream(data.x_train, data.y_train, 16, seed=3, rank=0)
+    for _ in range(25):
+        xb, yb = batches.next()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+    plain = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert torch.equal(plain, setup.flat.w)
+
+
+def test_target_accuracy_stops_early(tmp_path):
+    from fdahpc.comm import LocalCommunicator
+
+    setup, res = run_inprocess(LocalCommunicator(), tmp_path, strategy="fedavg", tau=10, epochs=3,
+                               eval_every=10, target_accuracy=0.5)
+    assert 0 < res["steps_to_target"] < setup.total_steps
+    assert res["final_accuracy"] >= 0.5
+    assert res["comm_bytes_to_target"] == paper_comm_bytes(
+        syncs=res["steps_to_target"] // 10, steps=res["steps_to_target"], dim=setup.flat.dim, workers=1, state_bytes=0)
+
+
+@pytest.mark.slow
+def test_mpiexec_default_job_learns(tmp_path):
+    """The README's main command, shortened: 4 ranks, SketchFDA, LeNet-5, MNIST-5k."""
+    out = tmp_path / "default.h5"
+    proc = run_python(["-m", "fdahpc.train", "--epochs", "3", "--out", str(out)], ranks=4, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done:" in proc.stdout and proc.stdout.count("done:") == 1  # rank 0 alone reports
+    with h5py.File(out) as f:
+        assert f.attrs["strategy"] == "sketchfda" and f.attrs["workers"] == 4
+        assert f.attrs["final_accuracy"] >= 0.90
+        assert 0 < f.attrs["syncs"] < f.attrs["steps"]
+        assert f.attrs["comm_bytes"] == paper_comm_bytes(
+            syncs=int(f.attrs["syncs"]), steps=int(f.attrs["steps"]), dim=int(f.attrs["params"]),
+            workers=4, state_bytes=5004)
+        assert f.attrs["comm_bytes_rank0"] == f.attrs["syncs"] * 4 * f.attrs["params"] + f.attrs["steps"] * 5004
+
+
+BAD_INPUT = [
+    (["--model", "lenet"], "--model 'lenet': unknown"),
+    (["--max-steps", "0"], "--max-steps 0"),
+    (["--partition", "dirichlet:-1"], "dirichlet:-1"),
+    (["--dataset", "mnist", "--data-dir", "/nonexistent"], "--data-dir"),
+    (["--out", "/proc/fdahpc/run.h5"], "--out /proc/fdahpc/run.h5"),
+    (["--bogus-flag"], "--bogus-flag"),
+    (["--lr", "fast"], "--lr"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,needle", BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    defaults = {"--max-steps": "1", "--out": str(tmp_path / "x.h5")}
+    extra = [tok for flag, value in defaults.items() if flag not in args for tok in (flag, value)]
+    proc = run_python(["-m", "fdahpc.train", *args, *extra], ranks=2, timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "error" in lines[0] and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.slow
+def test_bad_toml_key(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('strategy = "fedavg"\nbatch-sise = 8\n')
+    proc = run_python(["-m", "fdahpc.train", "--config", str(cfg)], timeout=120)
+    assert proc.returncode == 2 and "batch-sise" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_toml_config_and_command_line_precedence(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('strategy = "fedavg"\ntau = 4\nmax-steps = 12\nbatch_size = 8\n')
+    out = tmp_path / "t.h5"
+    proc = run_python(["-m", "fdahpc.train", "--config", str(cfg), "--tau", "6", "--out", str(out)], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(out) as f:
+        conf = json.loads(f.attrs["config"])
+        assert (conf["strategy"], conf["tau"], conf["batch_size"]) == ("fedavg", 6, 8)
+        assert f.attrs["syncs"] == 2 and f.attrs["steps"] == 12
+
+
+FAILING_RANK = """
+import sys
+from fdahpc.strategies.base import Synchronizer
+from fdahpc.comm import make_communicator
+rank = make_communicator("mpi").rank
+original = Synchronizer.after_step
+def after_step(self):
+    if rank == 1 and self.steps == 3:
+        raise RuntimeError("injected failure on rank 1")
+    return original(self)
+Synchronizer.after_step = after_step
+from fdahpc.train import main
+sys.exit(main(["--strategy", "synchronous", "--epochs", "50", "--out", sys.argv[1]]))
+"""
+
+
+@pytest.mark.slow
+def test_exception_on_one_rank_aborts_the_job(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text(FAILING_RANK)
+    proc = run_python([str(script), str(tmp_path / "f.h5")], ranks=2, timeout=120)
+    assert proc.returncode != 0
+    assert "injected failure on rank 1" in proc.stderr and "[rank 1]" in proc.stderr
