@@ -302,7 +302,7 @@ def _as_host_float32(vec, dim):
     if vec.dtype != np.float32:
         raise ValueError(f"vec: dtype {vec.dtype}, expected float32; convert with .astype(np.float32)")
     if vec.ndim != 1 or vec.shape[0] != dim:
-        raise ValueError(f"vec: shape {vec.shape}, expected ({dim},); flatten it or build the sketch with dim={vec.size}")
+        raise ValueError(f"vec: shape {vec.shape}, expected ({dim},); pass the flat parameter vector")
     if not vec.flags.c_contiguous:
         raise ValueError("vec: not contiguous; pass np.ascontiguousarray(vec)")
     return vec

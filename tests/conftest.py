@@ -18,6 +18,13 @@ def _with_mpi(config) -> bool:
     return bool(getattr(config.option, "with_mpi", False))
 
 
+def pytest_configure(config):
+    if _with_mpi(config):  # several ranks share the cores: no extra Numba threads
+        import numba
+
+        numba.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def comm(request):
     from fdahpc.comm import LocalCommunicator
@@ -33,7 +40,9 @@ def run_python(args, *, ranks: int = 1, timeout: float = 180, cwd=None, env_extr
     """Run ``python ARGS`` (under ``mpiexec -n ranks`` when ranks > 1) with a hard timeout."""
     import subprocess
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # One thread per rank: idle OpenMP/Numba threads spinning beside oversubscribed ranks
+    # slow an MPI job on a 2-core machine by an order of magnitude.
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.update(env_extra or {})
     cmd = [sys.executable, *args]
     if ranks > 1:

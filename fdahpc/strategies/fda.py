@@ -65,16 +65,20 @@ class _FDATrigger:
         if self._u is None:
             self._u = torch.empty_like(w)
         u = torch.sub(w, anchor, out=self._u)
-        self.state[0] = torch.dot(u, u)
-        self._local_state(u)
-        self.comm.allreduce_mean_(self.state, "monitor")
-        self.last_h = h = self._estimate()
+        state = self.comm.allreduce_mean_(self.local_state(u), "monitor")
+        self.last_h = h = self.estimate(state)
         self._records.clear()
         if step % self.log_every == 0:
             self._records += [("fda/step", step), ("fda/h", h)]
             if self.log_variance:
                 self._records.append(("fda/variance", exact_variance(self.comm, u)))
         return h > self.theta or self.theta == 0.0
+
+    def local_state(self, u: torch.Tensor) -> np.ndarray:
+        """``S_k`` of drift ``u`` (float32, what goes on the wire); reuses one buffer."""
+        self.state[0] = torch.dot(u, u)
+        self._fill_state(u, self.state[1:])
+        return self.state
 
     def records(self) -> list[tuple[str, float]]:
         return self._records
@@ -96,13 +100,15 @@ class LinearFDATrigger(_FDATrigger):
         self.xi /= torch.linalg.vector_norm(self.xi)
         self.syncs_seen = 0
 
-    def _local_state(self, u: torch.Tensor) -> None:
+    def _fill_state(self, u: torch.Tensor, out: np.ndarray) -> None:
         if self.xi.device != u.device:
             self.xi = self.xi.to(u.device)
-        self.state[1] = torch.dot(self.xi, u)
+        out[0] = torch.dot(self.xi, u)
 
-    def _estimate(self) -> float:
-        sq_norm, proj = float(self.state[0]), float(self.state[1])
+    @staticmethod
+    def estimate(state: np.ndarray) -> float:
+        """H(S̄) = mean ||u||^2 - (mean <ξ, u>)^2, from the averaged state."""
+        sq_norm, proj = float(state[0]), float(state[1])
         return sq_norm - proj * proj
 
     def on_sync(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
@@ -134,16 +140,17 @@ class SketchFDATrigger(_FDATrigger):
         self.sketcher = AmsSketch(dim, rows=rows, cols=cols, seed=seed)
         self._sk = np.empty((rows, cols), dtype=np.float64)
 
-    def _local_state(self, u: torch.Tensor) -> None:
+    def _fill_state(self, u: torch.Tensor, out: np.ndarray) -> None:
         if u.device.type == "cpu":
             self.sketcher.sketch_into(u, self._sk)
         else:
             self._sk[...] = self.sketcher.sketch_torch(u).cpu().numpy()
-        self.state[1:] = self._sk.ravel()
+        out[:] = self._sk.ravel()
 
-    def _estimate(self) -> float:
-        mean_sk = self.state[1:].reshape(self._sk.shape).astype(np.float64)
-        return float(self.state[0]) - estimate_sq_norm(mean_sk) / (1.0 + self.eps)
+    def estimate(self, state: np.ndarray) -> float:
+        """H(S̄) = mean ||u||^2 - M2(mean sk(u)) / (1 + ε), from the averaged state."""
+        mean_sk = state[1:].reshape(self._sk.shape).astype(np.float64)
+        return float(state[0]) - estimate_sq_norm(mean_sk) / (1.0 + self.eps)
 
     def on_sync(self, old_anchor, new_anchor) -> None:
         pass

@@ -1,0 +1,164 @@
+"""Overhead of fdahpc's model average over a raw mpi4py AllReduce of the same buffer.
+
+Measures, for flat float32 buffers of d = 62 K, 2.6 M and 11.2 M values (LeNet-5, VGG16*,
+ResNet-18) on K ranks (default 4):
+
+- ``raw``:  ``comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM)``, the floor;
+- ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on a torch buffer (what
+  ``MeanRule`` does at every model sync): the sum above plus a ``w *= 1/K`` pass;
+- ``sum``:  ``allreduce_sum_(w, "sync")``, the wrapper alone (byte counter, numpy view);
+- ``scale``: the ``w *= 1/K`` pass alone, no communication;
+- ``rs+ag``: a candidate fix, raw mpi4py: Reduce_scatter, scale only this rank's d/K
+  slice, Allgatherv; the mean for the price of the sum plus a 1/K-size pass.
+
+Every repeat runs each variant once, in a rotated order (so no variant always follows the
+same one), each after a Barrier and after restoring the buffer's contents (untimed, so
+sums never overflow). A call's time is the slowest rank's; the table gives the median over
+repeats, and mean/raw both as a ratio of medians and as the median of per-repeat ratios
+(neighbouring calls share the machine's load, so the paired figure is less noisy).
+
+Goal: mean/raw <= 1.10.
+
+Run (the script relaunches itself under ``mpiexec -n RANKS`` when started without it):
+
+    python benchmarks/allreduce_overhead.py [--ranks 4] [--dims 62000,2600000,11200000] [--repeats 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
+from _common import launched_by_mpi, median, mpiexec, print_table
+
+VARIANTS = ("raw", "mean", "sum", "scale", "rs+ag")
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=4, help="MPI ranks when relaunching under mpiexec (default 4)")
+    p.add_argument("--dims", default="62000,2600000,11200000", help="comma-separated buffer sizes d (float32 values)")
+    p.add_argument("--repeats", type=int, default=60, help="timed repeats of every variant per d (default 60)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed repeats first (default 5)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds before the relaunched job is killed")
+    args = p.parse_args(argv)
+    args.dims = [int(float(x)) for x in args.dims.split(",") if x.strip()]
+    if args.ranks < 2 or args.repeats < 1 or not args.dims or min(args.dims) < 1:
+        p.error("need --ranks >= 2, --repeats >= 1 and positive --dims")
+    return args
+
+
+def bench_one(mpi_comm, comm, dim: int, repeats: int, warmup: int):
+    """Per-variant lists of per-repeat times on this rank (seconds)."""
+    import numpy as np
+    import torch
+    from mpi4py import MPI
+
+    k, rank = mpi_comm.Get_size(), mpi_comm.Get_rank()
+    src = np.random.default_rng(rank).standard_normal(dim).astype(np.float32)
+    raw = np.empty_like(src)
+    w = torch.empty(dim, dtype=torch.float32)  # what FlatParams.w is: one flat float32 tensor
+    w_np = w.numpy()
+    counts = [dim // k + (1 if r < dim % k else 0) for r in range(k)]
+    displs = [sum(counts[:r]) for r in range(k)]
+    part = np.empty(counts[rank], dtype=np.float32)
+    inv_k = 1.0 / k
+
+    def rs_ag():
+        mpi_comm.Reduce_scatter(raw, part, recvcounts=counts, op=MPI.SUM)
+        np.multiply(part, np.float32(inv_k), out=part)
+        mpi_comm.Allgatherv(part, [raw, counts, displs, MPI.FLOAT])
+
+    def scale():
+        w.mul_(inv_k)  # the same pass allreduce_mean_ makes (``buf *= 1/K``)
+
+    calls = {
+        "raw": (raw, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)),
+        "mean": (w_np, lambda: comm.allreduce_mean_(w, "sync")),
+        "sum": (w_np, lambda: comm.allreduce_sum_(w, "sync")),
+        "scale": (w_np, scale),
+        "rs+ag": (raw, rs_ag),
+    }
+    # The variants must compute the same thing before their times mean anything.
+    np.copyto(raw, src)
+    calls["raw"][1]()
+    expected = raw / np.float32(k)
+    for name in ("mean", "rs+ag"):
+        buf, fn = calls[name]
+        np.copyto(buf, src)
+        fn()
+        if not np.allclose(buf, expected, rtol=1e-5, atol=1e-6):
+            raise AssertionError(f"d={dim}: variant {name!r} does not compute the mean")
+    times = {v: [] for v in VARIANTS}
+    for rep in range(warmup + repeats):
+        shift = rep % len(VARIANTS)
+        for name in VARIANTS[shift:] + VARIANTS[:shift]:
+            buf, fn = calls[name]
+            np.copyto(buf, src)
+            mpi_comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if rep >= warmup:
+                times[name].append(dt)
+    return times
+
+
+def worker(args) -> None:
+    import numpy as np
+    import torch
+    from mpi4py import MPI
+
+    from fdahpc.comm.mpi import MPICommunicator
+
+    torch.set_num_threads(1)  # as fdahpc.train does under MPI
+    mpi_comm = MPI.COMM_WORLD
+    comm = MPICommunicator(mpi_comm)
+    rows = []
+    for dim in args.dims:
+        mine = bench_one(mpi_comm, comm, dim, args.repeats, args.warmup)
+        arr = np.array([mine[v] for v in VARIANTS])  # (variants, repeats)
+        slowest = np.empty_like(arr)
+        mpi_comm.Allreduce(arr, slowest, op=MPI.MAX)  # a collective ends with its slowest rank
+        if comm.is_root:
+            t = {v: slowest[i] for i, v in enumerate(VARIANTS)}
+            med = {v: median(t[v]) * 1e3 for v in VARIANTS}
+            paired = median(t["mean"] / t["raw"])
+            rows.append([
+                f"{dim:,}", f"{med['raw']:.3f}", f"{med['mean']:.3f}", f"{med['mean'] / med['raw']:.3f}",
+                f"{paired:.3f}", f"{med['sum'] / med['raw']:.3f}", f"{med['scale']:.3f}",
+                f"{med['rs+ag']:.3f}", f"{med['rs+ag'] / med['raw']:.3f}",
+                f"{np.percentile(t['raw'], 25) * 1e3:.2f}-{np.percentile(t['raw'], 75) * 1e3:.2f}",
+            ])
+    if comm.is_root:
+        print(f"allreduce overhead: {comm.world_size} ranks, {args.repeats} repeats (after {args.warmup} warm-up), "
+              f"median of the slowest rank's time; mpi4py {__import__('mpi4py').__version__}, "
+              f"{MPI.Get_library_version().splitlines()[0].strip()}")
+        print_table(["d", "raw ms", "fdahpc ms", "ratio", "paired", "sum/raw", "scale ms", "rs+ag ms", "rs+ag/raw", "raw IQR ms"], rows)
+        print("ratio = median fdahpc mean / median raw Allreduce (goal <= 1.10); paired = median of per-repeat ratios;\n"
+              "sum/raw = fdahpc allreduce_sum_ (no 1/K pass) / raw; scale = the `buf *= 1/K` pass alone;\n"
+              "rs+ag = Reduce_scatter + scale own slice + Allgatherv (a candidate fix for the 1/K pass).")
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if launched_by_mpi():
+        try:
+            worker(args)
+        except BaseException:
+            import traceback
+
+            from mpi4py import MPI
+
+            traceback.print_exc()
+            MPI.COMM_WORLD.Abort(1)  # never leave the other ranks inside a collective
+        return 0
+    argv = sys.argv[1:] if argv is None else argv
+    proc = mpiexec(args.ranks, [sys.executable, __file__, *argv], args.timeout, capture=False)
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

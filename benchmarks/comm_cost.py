@@ -1,0 +1,371 @@
+"""Communication to reach a target accuracy: FDA against Synchronous and FedAvg.
+
+Trains LeNet-5 on FashionMNIST (all 60 000 training images) as real MPI jobs
+(``mpiexec -n K python -m fdahpc.train``), one job per (partition, K, strategy, Θ, seed),
+each stopping at ``--target`` test accuracy or after ``--max-epochs``. From each run file
+it reads ``steps_to_target`` and ``comm_bytes_to_target`` (the paper's count, ALGORITHMS.md
+§1: model bytes up and down per sync plus monitoring state; evaluation traffic is not
+counted), and prints one row per run plus, for each (partition, K), the ratio
+Synchronous GB / median GB of every other strategy and their steps relative to
+Synchronous. All rows go to ``comm_cost.csv`` and a plot (GB to target on a log axis
+against steps to target, one panel per (partition, K)) to ``comm_cost.png``.
+
+Goal (the FDA paper's LeNet-5 result): FDA needs >= 30x less communication than
+Synchronous at about the same number of steps.
+
+Strategy entries (``--strategies``, comma-separated) are ``NAME[+SYNC][:FLAG=VALUE...]``:
+NAME is any ``--strategy`` of fdahpc.train, ``+SYNC`` sets ``--sync`` (a trigger:
+``linear``, ``sketch``, ``periodic`` ...) and each ``:FLAG=VALUE`` adds ``--FLAG VALUE``
+(``:FLAG`` alone adds a switch). Entries whose trigger is ``linear`` or ``sketch`` (given by
+``+SYNC``, or the presets ``linearfda`` / ``sketchfda``) run once per Θ of ``--thetas``
+unless they fix ``:theta=X`` themselves. Examples: ``fedavg:local-epochs=1``,
+``fedadam``, ``fedavgm:tau=100``, ``fedadam+sketch`` (= ``--strategy fedadam --sync sketch
+--theta X``). ``--thetas`` is one list for every FDA trigger (``1,2,4``) or one per trigger
+(``linear=1,2,4;sketch=1,2,4``). Names are checked against fdahpc's registry before any run.
+
+The step at which a run reaches the target is resolved to ``--eval-every`` steps. Note
+that fdahpc evaluates the average of the workers' models (evaluation traffic, not
+counted), so between syncs the model scored is one more sync away from existing.
+
+Run (the default sweep takes about 30 minutes on a 2-core machine; ``--quick`` about 3):
+
+    python benchmarks/comm_cost.py [--quick] [--strategies ...] [--thetas ...]
+        [--workers 4,8] [--partitions iid,sorted:60] [--skip sorted:60@8]
+        [--target 0.88] [--max-epochs 8] [--seeds 0] [--eval-every 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+
+import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
+from _common import REPO_ROOT, median, print_table, run_train
+
+FDA_PRESETS = {"linearfda": "linear", "sketchfda": "sketch"}  # preset -> its trigger
+FDA_TRIGGERS = ("linear", "sketch")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+DEFAULTS = dict(
+    strategies="synchronous,fedavg:local-epochs=1,linearfda,sketchfda",
+    thetas="linear=1,2,4;sketch=1,2,4",
+    workers="4,8", partitions="iid,sorted:60", skip="sorted:60@8",
+    target=0.88, max_epochs=8.0, seeds="0", eval_every=100,
+)
+QUICK = dict(
+    strategies="synchronous,fedavg:local-epochs=1,linearfda,sketchfda",
+    thetas="2", workers="4", partitions="iid", skip="",
+    target=0.85, max_epochs=3.0, seeds="0", eval_every=100,
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ``--strategies`` item: a strategy name, an optional trigger, extra flags."""
+
+    text: str
+    name: str
+    sync: str | None
+    flags: tuple[str, ...] = field(default=())
+    fixed_theta: bool = False
+
+    @property
+    def trigger(self) -> str | None:
+        return self.sync or FDA_PRESETS.get(self.name)
+
+    @property
+    def sweeps_theta(self) -> bool:
+        return self.trigger in FDA_TRIGGERS and not self.fixed_theta
+
+    @property
+    def label(self) -> str:
+        return self.name + (f"+{self.sync}" if self.sync else "")
+
+
+def parse_entry(text: str) -> Entry:
+    head, *opts = text.strip().split(":")
+    name, _, sync = head.partition("+")
+    if not name:
+        raise ValueError(f"--strategies entry {text!r}: empty strategy name; use NAME[+SYNC][:FLAG=VALUE...]")
+    flags, fixed_theta = [], False
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        key = key.strip().lstrip("-")
+        if not key:
+            raise ValueError(f"--strategies entry {text!r}: empty flag; write e.g. {name}:local-epochs=1")
+        fixed_theta |= key == "theta"
+        flags += [f"--{key}", value] if eq else [f"--{key}"]
+    return Entry(text.strip(), name, sync or None, tuple(flags), fixed_theta)
+
+
+def parse_thetas(text: str) -> dict[str, list[float]]:
+    """``1,2,4`` (every FDA trigger) or ``linear=1,2;sketch=2,4``."""
+    text = text.strip()
+    if "=" not in text:
+        values = [float(x) for x in text.split(",") if x.strip()]
+        return {t: values for t in FDA_TRIGGERS}
+    out = {}
+    for part in text.split(";"):
+        if part.strip():
+            key, _, values = part.partition("=")
+            out[key.strip()] = [float(x) for x in values.split(",") if x.strip()]
+    return out
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a 2-3 minute subset: iid, K=4, Θ=2, target 0.85, <= 3 epochs")
+    p.add_argument("--strategies", help=f"comma-separated entries NAME[+SYNC][:FLAG=VALUE...] (default {DEFAULTS['strategies']})")
+    p.add_argument("--thetas", help=f"Θ list for FDA triggers, e.g. 1,2,4 or linear=1,2;sketch=2,4 (default {DEFAULTS['thetas']})")
+    p.add_argument("--workers", help=f"comma-separated K (default {DEFAULTS['workers']})")
+    p.add_argument("--partitions", help=f"comma-separated partition specs (default {DEFAULTS['partitions']})")
+    p.add_argument("--skip", help=f"comma-separated PARTITION@K pairs to leave out (default {DEFAULTS['skip']})")
+    p.add_argument("--target", type=float, help=f"target test accuracy (default {DEFAULTS['target']})")
+    p.add_argument("--max-epochs", type=float, help=f"cap per run, in epochs (default {DEFAULTS['max_epochs']})")
+    p.add_argument("--seeds", help=f"comma-separated run seeds (default {DEFAULTS['seeds']})")
+    p.add_argument("--eval-every", type=int, help=f"evaluate every N steps (default {DEFAULTS['eval_every']})")
+    p.add_argument("--dataset", default="fashion-mnist", help="dataset flag of fdahpc.train (default fashion-mnist)")
+    p.add_argument("--model", default="lenet5", help="model flag of fdahpc.train (default lenet5)")
+    p.add_argument("--extra", default="", help="more fdahpc.train flags for every run, one quoted string")
+    p.add_argument("--timeout", type=float, default=900, help="seconds before one run is killed (default 900)")
+    p.add_argument("--workdir", default=None, help="folder for the run files (default runs/comm_cost)")
+    p.add_argument("--out", default=None, help="CSV/PNG path prefix (default benchmarks/comm_cost; quick: runs/comm_cost_quick/comm_cost)")
+    args = p.parse_args(argv)
+    preset = QUICK if args.quick else DEFAULTS
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    try:
+        args.entries = [parse_entry(e) for e in args.strategies.split(",") if e.strip()]
+        args.theta_lists = parse_thetas(args.thetas)
+        args.workers = [int(x) for x in args.workers.split(",") if x.strip()]
+        args.partitions = [x.strip() for x in args.partitions.split(",") if x.strip()]
+        args.skip = {x.strip() for x in args.skip.split(",") if x.strip()}
+        args.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError as exc:
+        p.error(str(exc))
+    if not (0 < args.target <= 1) or args.max_epochs <= 0 or args.eval_every < 1:
+        p.error("need 0 < --target <= 1, --max-epochs > 0 and --eval-every >= 1")
+    for e in args.entries:
+        if e.sweeps_theta and not args.theta_lists.get(e.trigger):
+            p.error(f"--thetas gives no Θ for trigger {e.trigger!r} (entry {e.text!r}); add e.g. {e.trigger}=1,2,4")
+    args.workdir = args.workdir or os.path.join(REPO_ROOT, "runs", "comm_cost_quick" if args.quick else "comm_cost")
+    if args.out is None:
+        args.out = os.path.join(args.workdir if args.quick else HERE, "comm_cost")
+    return args
+
+
+@dataclass
+class Job:
+    partition: str
+    workers: int
+    entry: Entry
+    theta: float | None
+    seed: int
+    flags: list[str]
+
+    @property
+    def file_name(self) -> str:
+        safe = lambda s: "".join(c if c.isalnum() or c in "-." else "_" for c in s)  # noqa: E731
+        theta = "" if self.theta is None else f"-t{self.theta:g}"
+        return f"{safe(self.partition)}-k{self.workers}-{safe(self.entry.text)}{theta}-s{self.seed}.h5"
+
+
+def plan(args) -> list[Job]:
+    jobs = []
+    for seed in args.seeds:
+        for partition in args.partitions:
+            for k in args.workers:
+                if f"{partition}@{k}" in args.skip:
+                    continue
+                for e in args.entries:
+                    thetas = args.theta_lists[e.trigger] if e.sweeps_theta else [None]
+                    for theta in thetas:
+                        flags = ["--strategy", e.name, *(["--sync", e.sync] if e.sync else []),
+                                 *(["--theta", f"{theta:g}"] if theta is not None else []), *e.flags,
+                                 "--model", args.model, "--dataset", args.dataset, "--partition", partition,
+                                 "--epochs", f"{args.max_epochs:g}", "--target-accuracy", f"{args.target:g}",
+                                 "--eval-every", str(args.eval_every), "--seed", str(seed), *shlex.split(args.extra)]
+                        jobs.append(Job(partition, k, e, theta, seed, flags))
+    return jobs
+
+
+def validate(jobs: list[Job]) -> None:
+    """Every job's flags through fdahpc's own parser, before minutes of training."""
+    import contextlib
+    import io
+
+    from fdahpc.config import parse_args
+
+    for job in jobs:
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                parse_args(job.flags)
+        except SystemExit:
+            raise SystemExit(f"comm_cost: entry {job.entry.text!r}: {err.getvalue().strip()}") from None
+        except ValueError as exc:
+            raise SystemExit(f"comm_cost: entry {job.entry.text!r}: {exc}") from None
+
+
+CSV_FIELDS = ["partition", "workers", "strategy", "entry", "theta", "seed", "reached", "steps_to_target",
+              "gb_to_target", "steps", "syncs", "gb", "final_accuracy", "target", "steps_per_epoch",
+              "wall_seconds", "eval_seconds", "state_bytes", "params", "run_file"]
+
+
+def row_of(job: Job, run: dict, target: float, path: str) -> dict:
+    reached = run["steps_to_target"] > 0
+    return dict(
+        partition=job.partition, workers=job.workers, strategy=job.entry.label, entry=job.entry.text,
+        theta="" if job.theta is None else job.theta, seed=job.seed, reached=reached,
+        steps_to_target=run["steps_to_target"] if reached else "", gb_to_target=run["comm_bytes_to_target"] / 1e9 if reached else "",
+        steps=run["steps"], syncs=run["syncs"], gb=run["comm_bytes"] / 1e9, final_accuracy=run["final_accuracy"],
+        target=target, steps_per_epoch=run["steps_per_epoch"], wall_seconds=round(run["wall_seconds"], 2),
+        eval_seconds=round(run["eval_seconds"], 2), state_bytes=run["state_bytes"], params=run["params"], run_file=path,
+    )
+
+
+def fmt_gb(x: float) -> str:
+    return f"{x:.4f}" if x < 1 else f"{x:.3f}"
+
+
+def run_table(rows: list[dict]) -> None:
+    table = []
+    for r in rows:
+        reached = r["reached"]
+        table.append([r["partition"], r["workers"], r["strategy"], "" if r["theta"] == "" else f"{r['theta']:g}", r["seed"],
+                      r["steps_to_target"] if reached else f">{r['steps']}",
+                      fmt_gb(r["gb_to_target"]) if reached else f">{fmt_gb(r['gb'])}",
+                      "yes" if reached else "no", r["syncs"], f"{r['final_accuracy']:.4f}", f"{r['wall_seconds']:.0f}"])
+    print_table(["partition", "K", "strategy", "Θ", "seed", "steps to target", "GB to target", "reached?", "syncs",
+                 "last acc", "wall s"], table)
+
+
+def summary_table(rows: list[dict]) -> list[list]:
+    """Per (partition, K): every non-synchronous strategy against Synchronous, medians over Θ and seeds."""
+    out = []
+    for key in dict.fromkeys((r["partition"], r["workers"]) for r in rows):
+        group = [r for r in rows if (r["partition"], r["workers"]) == key]
+        sync = [r for r in group if r["strategy"] == "synchronous" and r["reached"]]
+        sync_gb = median(r["gb_to_target"] for r in sync)
+        sync_steps = median(r["steps_to_target"] for r in sync)
+        labels = list(dict.fromkeys(r["strategy"] for r in group if r["strategy"] != "synchronous"))
+        fda = [r for r in group if r["theta"] != ""]
+        sets = [(lab, [r for r in group if r["strategy"] == lab]) for lab in labels]
+        if len({r["strategy"] for r in fda}) > 1:
+            sets.append(("FDA (all Θ, both)", fda))
+        for lab, runs in sets:
+            ok = [r for r in runs if r["reached"]]
+            gb = median(r["gb_to_target"] for r in ok)
+            steps = median(r["steps_to_target"] for r in ok)
+            ratio = sync_gb / gb if ok and sync else float("nan")
+            out.append([key[0], key[1], lab, f"{len(ok)}/{len(runs)}", fmt_gb(gb) if ok else "-",
+                        fmt_gb(sync_gb) if sync else "-", f"{ratio:.1f}x" if math.isfinite(ratio) else "-",
+                        f"{steps:.0f}" if ok else "-", f"{sync_steps:.0f}" if sync else "-",
+                        f"{steps / sync_steps:.2f}" if ok and sync else "-"])
+    return out
+
+
+MARKERS = {"synchronous": ("s", "black"), "fedavg": ("D", "tab:gray"), "linearfda": ("o", "tab:blue"),
+           "sketchfda": ("^", "tab:orange")}
+SPARE = [("v", "tab:green"), ("P", "tab:red"), ("X", "tab:purple"), ("*", "tab:brown"), ("h", "tab:pink"),
+         ("<", "tab:olive"), (">", "tab:cyan")]
+
+
+def plot(rows: list[dict], path: str, target: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(dict.fromkeys((r["partition"], r["workers"]) for r in rows))
+    labels = list(dict.fromkeys(r["strategy"] for r in rows))
+    style = {}
+    for lab in labels:
+        style[lab] = MARKERS.get(lab) or SPARE[len([x for x in style if x not in MARKERS]) % len(SPARE)]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 4.2), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for lab in labels:
+            runs = [r for r in rows if (r["partition"], r["workers"]) == key and r["strategy"] == lab]
+            marker, colour = style[lab]
+            for reached in (True, False):
+                sel = [r for r in runs if r["reached"] == reached]
+                if not sel:
+                    continue
+                xs = [r["gb_to_target"] if reached else r["gb"] for r in sel]
+                ys = [r["steps_to_target"] if reached else r["steps"] for r in sel]
+                ax.scatter(xs, ys, marker=marker, s=48, edgecolors=colour,
+                           facecolors=colour if reached else "none",
+                           label=lab if reached else f"{lab} (not reached: final)")
+                for r, x, y in zip(sel, xs, ys):
+                    if r["theta"] != "":
+                        ax.annotate(f"Θ={r['theta']:g}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_xlabel("GB communicated to reach the target (log)")
+        ax.set_ylabel("local steps to reach the target")
+        ax.set_title(f"{key[0]}, K={key[1]}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle(f"LeNet-5 / FashionMNIST: cost to reach {target:.1%} test accuracy (hollow: target not reached)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    jobs = plan(args)
+    if not jobs:
+        print("comm_cost: nothing to run (check --partitions, --workers, --skip)", file=sys.stderr)
+        return 2
+    validate(jobs)
+    os.makedirs(args.workdir, exist_ok=True)
+    csv_path, png_path = args.out + ".csv", args.out + ".png"
+    print(f"comm_cost: {len(jobs)} runs, target {args.target:g}, cap {args.max_epochs:g} epochs, eval every "
+          f"{args.eval_every} steps; run files in {args.workdir}", flush=True)
+    rows, failures, start = [], [], time.perf_counter()
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for i, job in enumerate(jobs, 1):
+            path = os.path.join(args.workdir, job.file_name)
+            t0 = time.perf_counter()
+            try:
+                run = run_train(job.workers, job.flags, path, args.timeout)
+            except RuntimeError as exc:
+                failures.append(f"{job.file_name}: {exc}")
+                print(f"[{i}/{len(jobs)}] FAILED {job.file_name}: {str(exc).splitlines()[0]}", flush=True)
+                continue
+            row = row_of(job, run, args.target, os.path.relpath(path, REPO_ROOT))
+            rows.append(row)
+            writer.writerow(row)
+            fh.flush()
+            print(f"[{i}/{len(jobs)}] {job.partition} K={job.workers} {job.entry.label}"
+                  f"{'' if job.theta is None else f' Θ={job.theta:g}'}: "
+                  f"{'reached at step ' + str(row['steps_to_target']) if row['reached'] else 'not reached in ' + str(row['steps']) + ' steps'}, "
+                  f"{row['syncs']} syncs, {(row['gb_to_target'] if row['reached'] else row['gb']):.4f} GB; "
+                  f"{time.perf_counter() - t0:.0f} s (total {time.perf_counter() - start:.0f} s)", flush=True)
+    if not rows:
+        print("\n".join(failures), file=sys.stderr)
+        return 1
+    print(f"\nLeNet-5 ({args.model}) on {args.dataset}, target {args.target:g}, cap {args.max_epochs:g} epochs, "
+          f"eval every {args.eval_every} steps; {len(rows)} runs in {time.perf_counter() - start:.0f} s")
+    run_table(rows)
+    print("\nPer (partition, K): GB and steps to target, medians over Θ and seeds of the runs that reached it")
+    print_table(["partition", "K", "strategy", "reached", "GB (median)", "sync GB", "sync GB / GB", "steps (median)",
+                 "sync steps", "steps / sync"], summary_table(rows))
+    plot(rows, png_path, args.target)
+    print(f"\nrows: {csv_path}\nplot: {png_path}")
+    if failures:
+        print("failed runs:\n  " + "\n  ".join(failures), file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Per-step price of FDA's monitoring: LinearFDA and SketchFDA against plain local training.
+
+Runs ``python -m fdahpc.train`` as real MPI jobs (LeNet-5, FashionMNIST by default) with
+three strategies that never synchronize the models, so only the monitoring differs:
+
+- ``fedavg --tau 1000000000``: local steps only, no per-step communication (the baseline);
+- ``linearfda --theta inf``: + drift, two dot products and an 8-byte AllReduce per step;
+- ``sketchfda --theta inf``: + drift, an AMS sketch of it and a 5004-byte AllReduce per step.
+
+Per-step time = ``(wall_seconds - eval_seconds) / steps`` from each run file (training
+loop only: startup, data loading and evaluation excluded; one-off costs inside the loop,
+such as loading the Numba kernels on the first sketch, are included). Runs alternate
+between the strategies (rotating the order every repeat), and the table gives medians
+over repeats, the ratio of medians to the baseline, and the median of per-repeat ratios
+(each FDA run against the baseline run of the same repeat, which saw similar load).
+
+Goal: LinearFDA / baseline <= 1.03 and SketchFDA / baseline <= 1.15 at 4 ranks.
+
+Note: with more ranks than cores (4 ranks on 2 cores), the per-step AllReduce is also a
+synchronization point of ranks that take turns on the cores, so it costs more than its
+8 or 5004 bytes suggest; ``--ranks 2,4`` shows both regimes.
+
+Run:
+
+    python benchmarks/fda_overhead.py [--ranks 4] [--repeats 3] [--max-steps 600]
+        [--dataset fashion-mnist] [--extra "--batch-size 32"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import sys
+import tempfile
+
+import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
+from _common import median, print_table, run_train
+
+# name -> flags; "baseline" must be first
+STRATEGIES = {
+    "fedavg (baseline)": ["--strategy", "fedavg", "--tau", "1000000000"],
+    "linearfda": ["--strategy", "linearfda", "--theta", "inf"],
+    "sketchfda": ["--strategy", "sketchfda", "--theta", "inf"],
+}
+GOALS = {"linearfda": 1.03, "sketchfda": 1.15}
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", default="4", help="comma-separated rank counts, e.g. 2,4 (default 4)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of every strategy per rank count (default 3)")
+    p.add_argument("--max-steps", type=int, default=600, help="local steps per run (default 600)")
+    p.add_argument("--dataset", default="fashion-mnist", help="dataset flag of fdahpc.train (default fashion-mnist)")
+    p.add_argument("--model", default="lenet5", help="model flag of fdahpc.train (default lenet5)")
+    p.add_argument("--extra", default="", help="more fdahpc.train flags for every run, one quoted string")
+    p.add_argument("--timeout", type=float, default=600, help="seconds before one run is killed (default 600)")
+    p.add_argument("--workdir", default=None, help="folder for the run files (default: a temporary folder)")
+    args = p.parse_args(argv)
+    args.ranks = [int(x) for x in args.ranks.split(",") if x.strip()]
+    if args.repeats < 1 or args.max_steps < 1 or not args.ranks or min(args.ranks) < 1:
+        p.error("need --repeats >= 1, --max-steps >= 1 and positive --ranks")
+    return args
+
+
+def per_step(run: dict) -> float:
+    return (run["wall_seconds"] - run["eval_seconds"]) / run["steps"]
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    names = list(STRATEGIES)
+    base = names[0]
+    common = ["--model", args.model, "--dataset", args.dataset, "--max-steps", str(args.max_steps),
+              "--epochs", "100", *shlex.split(args.extra)]
+    workdir = args.workdir or tempfile.mkdtemp(prefix="fda_overhead-")
+    os.makedirs(workdir, exist_ok=True)
+    rows = []
+    for ranks in args.ranks:
+        times = {n: [] for n in names}  # seconds per step, in repeat order
+        syncs = {n: 0 for n in names}
+        for rep in range(args.repeats):
+            order = names[rep % len(names):] + names[: rep % len(names)]
+            for name in order:
+                out = os.path.join(workdir, f"k{ranks}-{name.split()[0]}-{rep}.h5")
+                run = run_train(ranks, [*STRATEGIES[name], *common], out, args.timeout)
+                times[name].append(per_step(run))
+                syncs[name] += run["syncs"]
+                print(f"  ranks {ranks}  repeat {rep + 1}/{args.repeats}  {name:18s} "
+                      f"{per_step(run) * 1e3:7.2f} ms/step  ({run['steps']} steps, {run['syncs']} syncs, "
+                      f"wall {run['wall_seconds']:.1f} s, eval {run['eval_seconds']:.1f} s)", flush=True)
+        base_med = median(times[base])
+        for name in names:
+            med = median(times[name])
+            ratio = med / base_med
+            paired = median(t / b for t, b in zip(times[name], times[base]))
+            goal = GOALS.get(name)
+            verdict = "" if goal is None else ("met" if max(ratio, paired) <= goal else
+                                               "missed" if min(ratio, paired) > goal else "borderline")
+            rows.append([ranks, name, f"{med * 1e3:.2f}", f"{min(times[name]) * 1e3:.2f}-{max(times[name]) * 1e3:.2f}",
+                         f"{ratio:.3f}", f"{paired:.3f}", syncs[name], "" if goal is None else f"<= {goal:.2f} {verdict}"])
+    print(f"\nFDA monitoring overhead: {args.model}, {args.dataset}, {args.max_steps} steps per run, "
+          f"{args.repeats} runs per strategy, per-step = (wall - eval) / steps; run files in {workdir}")
+    print_table(["ranks", "strategy", "ms/step (median)", "range", "ratio", "paired", "syncs", "goal"], rows)
+    print("ratio = median / median of the baseline; paired = median over repeats of run / same-repeat baseline;\n"
+          "goal verdict: met if both ratios are within the goal, missed if both exceed it.")
+    return 0 if all(math.isfinite(float(r[4])) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
