@@ -3,13 +3,17 @@
 Measures, for flat float32 buffers of d = 62 K, 2.6 M and 11.2 M values (LeNet-5, VGG16*,
 ResNet-18) on K ranks (default 4):
 
-- ``raw``:  ``comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM)``, the floor;
-- ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on a torch buffer (what
-  ``MeanRule`` does at every model sync): the sum above plus a ``w *= 1/K`` pass;
-- ``sum``:  ``allreduce_sum_(w, "sync")``, the wrapper alone (byte counter, numpy view);
+- ``raw``:  ``comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM)`` on a NumPy array, the floor;
+- ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on a ``torch.empty`` buffer, as
+  ``FlatParams.w`` is allocated (what ``MeanRule`` does at every model sync): the sum plus
+  a ``w *= 1/K`` pass; mean/raw is the headline ratio;
+- ``sum``:  ``allreduce_sum_(w, "sync")`` on the same tensor: no 1/K pass;
+- ``raw@torch``: the raw Allreduce on that tensor's NumPy view: no fdahpc code at all, so
+  raw@torch/raw is what the buffer's memory costs (NumPy asks Linux for transparent huge
+  pages on arrays >= 4 MB, ``torch.empty`` does not unless ``THP_MEM_ALLOC_ENABLE=1``);
 - ``scale``: the ``w *= 1/K`` pass alone, no communication;
-- ``rs+ag``: a candidate fix, raw mpi4py: Reduce_scatter, scale only this rank's d/K
-  slice, Allgatherv; the mean for the price of the sum plus a 1/K-size pass.
+- ``mean@np``: ``allreduce_mean_`` on ``torch.from_numpy(np.empty(d))``, a candidate fix
+  (allocate the flat buffer through NumPy).
 
 Every repeat runs each variant once, in a rotated order (so no variant always follows the
 same one), each after a Barrier and after restoring the buffer's contents (untimed, so
@@ -27,20 +31,21 @@ Run (the script relaunches itself under ``mpiexec -n RANKS`` when started withou
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
 from _common import launched_by_mpi, median, mpiexec, print_table
 
-VARIANTS = ("raw", "mean", "sum", "scale", "rs+ag")
+VARIANTS = ("raw", "mean", "sum", "raw@torch", "scale", "mean@np")
 
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=4, help="MPI ranks when relaunching under mpiexec (default 4)")
     p.add_argument("--dims", default="62000,2600000,11200000", help="comma-separated buffer sizes d (float32 values)")
-    p.add_argument("--repeats", type=int, default=60, help="timed repeats of every variant per d (default 60)")
+    p.add_argument("--repeats", type=int, default=60, help="timed repeats of every variant per d, 5x that for d < 1M (default 60)")
     p.add_argument("--warmup", type=int, default=5, help="untimed repeats first (default 5)")
     p.add_argument("--timeout", type=float, default=900, help="seconds before the relaunched job is killed")
     args = p.parse_args(argv)
@@ -61,15 +66,8 @@ def bench_one(mpi_comm, comm, dim: int, repeats: int, warmup: int):
     raw = np.empty_like(src)
     w = torch.empty(dim, dtype=torch.float32)  # what FlatParams.w is: one flat float32 tensor
     w_np = w.numpy()
-    counts = [dim // k + (1 if r < dim % k else 0) for r in range(k)]
-    displs = [sum(counts[:r]) for r in range(k)]
-    part = np.empty(counts[rank], dtype=np.float32)
+    w_np_backed = torch.from_numpy(np.empty(dim, dtype=np.float32))
     inv_k = 1.0 / k
-
-    def rs_ag():
-        mpi_comm.Reduce_scatter(raw, part, recvcounts=counts, op=MPI.SUM)
-        np.multiply(part, np.float32(inv_k), out=part)
-        mpi_comm.Allgatherv(part, [raw, counts, displs, MPI.FLOAT])
 
     def scale():
         w.mul_(inv_k)  # the same pass allreduce_mean_ makes (``buf *= 1/K``)
@@ -78,14 +76,15 @@ def bench_one(mpi_comm, comm, dim: int, repeats: int, warmup: int):
         "raw": (raw, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)),
         "mean": (w_np, lambda: comm.allreduce_mean_(w, "sync")),
         "sum": (w_np, lambda: comm.allreduce_sum_(w, "sync")),
+        "raw@torch": (w_np, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, w_np, op=MPI.SUM)),
         "scale": (w_np, scale),
-        "rs+ag": (raw, rs_ag),
+        "mean@np": (w_np_backed.numpy(), lambda: comm.allreduce_mean_(w_np_backed, "sync")),
     }
     # The variants must compute the same thing before their times mean anything.
     np.copyto(raw, src)
     calls["raw"][1]()
     expected = raw / np.float32(k)
-    for name in ("mean", "rs+ag"):
+    for name in ("mean", "mean@np"):
         buf, fn = calls[name]
         np.copyto(buf, src)
         fn()
@@ -118,7 +117,9 @@ def worker(args) -> None:
     comm = MPICommunicator(mpi_comm)
     rows = []
     for dim in args.dims:
-        mine = bench_one(mpi_comm, comm, dim, args.repeats, args.warmup)
+        # Small buffers take microseconds but are at the mercy of the scheduler: more samples.
+        repeats = args.repeats * (5 if dim < 1_000_000 else 1)
+        mine = bench_one(mpi_comm, comm, dim, repeats, args.warmup)
         arr = np.array([mine[v] for v in VARIANTS])  # (variants, repeats)
         slowest = np.empty_like(arr)
         mpi_comm.Allreduce(arr, slowest, op=MPI.MAX)  # a collective ends with its slowest rank
@@ -128,19 +129,28 @@ def worker(args) -> None:
             paired = median(t["mean"] / t["raw"])
             rows.append([
                 f"{dim:,}", f"{med['raw']:.3f}", f"{med['mean']:.3f}", f"{med['mean'] / med['raw']:.3f}",
-                f"{paired:.3f}", f"{med['sum'] / med['raw']:.3f}", f"{med['scale']:.3f}",
-                f"{med['rs+ag']:.3f}", f"{med['rs+ag'] / med['raw']:.3f}",
-                f"{np.percentile(t['raw'], 25) * 1e3:.2f}-{np.percentile(t['raw'], 75) * 1e3:.2f}",
+                f"{paired:.3f}", f"{np.percentile(t['raw'], 25) * 1e3:.2f}-{np.percentile(t['raw'], 75) * 1e3:.2f}",
+                f"{med['raw@torch'] / med['raw']:.3f}", f"{med['sum'] / med['raw@torch']:.3f}",
+                f"{med['mean'] / med['sum']:.3f}", f"{med['scale']:.3f}", f"{med['mean@np'] / med['raw']:.3f}",
             ])
     if comm.is_root:
-        print(f"allreduce overhead: {comm.world_size} ranks, {args.repeats} repeats (after {args.warmup} warm-up), "
+        print(f"allreduce overhead: {comm.world_size} ranks, {args.repeats} repeats (5x for d < 1M; after {args.warmup} warm-up), "
               f"median of the slowest rank's time; mpi4py {__import__('mpi4py').__version__}, "
               f"{MPI.Get_library_version().splitlines()[0].strip()}")
-        print_table(["d", "raw ms", "fdahpc ms", "ratio", "paired", "sum/raw", "scale ms", "rs+ag ms", "rs+ag/raw", "raw IQR ms"], rows)
-        print("ratio = median fdahpc mean / median raw Allreduce (goal <= 1.10); paired = median of per-repeat ratios;\n"
-              "sum/raw = fdahpc allreduce_sum_ (no 1/K pass) / raw; scale = the `buf *= 1/K` pass alone;\n"
-              "rs+ag = Reduce_scatter + scale own slice + Allgatherv (a candidate fix for the 1/K pass).")
+        print_table(["d", "raw ms", "fdahpc ms", "ratio", "paired", "raw IQR ms", "raw@torch/raw", "sum/raw@torch",
+                     "mean/sum", "scale ms", "mean@np/raw"], rows)
+        print("ratio = median fdahpc mean / median raw Allreduce (goal <= 1.10); paired = median of per-repeat ratios.\n"
+              "It factors as raw@torch/raw (the torch buffer's memory) x sum/raw@torch (fdahpc's wrapper)\n"
+              "x mean/sum (the 1/K pass, alone: scale ms). mean@np/raw: fdahpc's mean on a NumPy-allocated tensor.\n"
+              f"transparent huge pages: {_thp_mode()}; THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
 
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "unknown"
 
 def main(argv=None) -> int:
     args = parse(argv)

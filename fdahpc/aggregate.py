@@ -3,8 +3,7 @@
 Nothing here communicates. In an AllReduce world there is no server rank: every rank
 holds an identical replica of the server state, the caller averages (or gathers) what
 is needed and hands the results in, and every rank applies the same deterministic
-update. See ``/work/shared/ALGORITHMS.md`` section 1 (FedAvgM, FedAdam) and section 2
-(FedAdp).
+update.
 
 Vectors are flat 1-D float tensors: ``torch.Tensor`` on any device, or ``numpy``
 arrays, which are wrapped zero-copy with ``torch.from_numpy`` so in-place results land

@@ -36,8 +36,8 @@ class TrainConfig:
     partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C or mix:...")
     # Local training. The FDA paper trains LeNet-5 with Adam (lr 1e-3), batch 32.
     batch_size: int = _f(32, "minibatch size per worker")
-    optimizer: str = _f("adam", "local optimizer: adam, adamw, sgd or nesterov (SGD, momentum 0.9)")
-    lr: float = _f(1e-3, "local learning rate")
+    optimizer: str | None = _f(None, "local optimizer: adam, adamw, sgd or nesterov (default: the strategy's; adam for FDA)")
+    lr: float | None = _f(None, "local learning rate (default: the strategy's; 1e-3 for FDA)")
     weight_decay: float = _f(0.0, "local weight decay")
     epochs: float = _f(5.0, "training length in epochs of the mean partition (fractions allowed)")
     max_steps: int | None = _f(None, "stop after this many local steps (overrides --epochs when smaller)")
@@ -53,6 +53,14 @@ class TrainConfig:
     sketch_eps: float | None = _f(None, "SketchFDA ε (default 1/sqrt(sketch_cols))")
     log_variance: bool = _f(False, "also compute the exact model variance every step (costs a full AllReduce)")
     fda_log_every: int = _f(1, "store FDA's estimate H every N steps")
+    # Server optimizers, client sampling, FedAdp.
+    server_lr: float | None = _f(None, "server learning rate η_s (default 0.316 for fedavgm, 1e-3 for fedadam)")
+    server_momentum: float = _f(0.9, "FedAvgM server momentum β")
+    server_betas: str = _f("0.9,0.999", "FedAdam server β1,β2")
+    server_tau: float = _f(1e-7, "FedAdam adaptivity floor τ")
+    clients_per_round: int | None = _f(None, "sample this many of the K workers per round (all when omitted)")
+    fedadp_alpha: float = _f(5.0, "FedAdp Gompertz α")
+    fedadp_angles: str = _f("exact", "FedAdp angles: exact (2 full AllReduces a round) or sketch (1)")
     # Output and runtime.
     out: str | None = _f(None, "HDF5 run file (default runs/<strategy>-<timestamp>.h5)")
     backend: str = _f("auto", "communicator: auto (MPI under mpirun, else local), mpi or local")
@@ -69,6 +77,16 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @property
+    def server_beta_pair(self) -> tuple[float, ...]:
+        """``--server-betas`` "0.9,0.999" as numbers (a TOML list works too)."""
+        raw = self.server_betas
+        parts = raw.split(",") if isinstance(raw, str) else raw
+        try:
+            return tuple(float(b) for b in parts)
+        except (TypeError, ValueError):
+            raise ValueError(f"--server-betas {raw}: give two numbers, e.g. 0.9,0.999") from None
+
+    @property
     def sketch_epsilon(self) -> float:
         return self.sketch_eps if self.sketch_eps is not None else 1.0 / math.sqrt(self.sketch_cols)
 
@@ -83,7 +101,7 @@ def _validate(c: TrainConfig) -> None:
     # so that importing config stays cheap.
     from .data import DATASETS, parse_partition
     from .models import MODELS
-    from .strategies import STRATEGIES, TRIGGERS
+    from .strategies import ANGLE_MODES, STRATEGIES, TRIGGERS
 
     def one_of(name: str, value: str, choices) -> None:
         _require(value in choices, f"{name} {value!r}: unknown; choose one of {', '.join(choices)}")
@@ -93,10 +111,23 @@ def _validate(c: TrainConfig) -> None:
         one_of("--sync", c.sync, TRIGGERS)
     one_of("--model", c.model, MODELS)
     one_of("--dataset", c.dataset, DATASETS)
-    one_of("--optimizer", c.optimizer, OPTIMIZERS)
+    if c.optimizer is not None:
+        one_of("--optimizer", c.optimizer, OPTIMIZERS)
     parse_partition(c.partition)
     _require(c.batch_size >= 1, f"--batch-size {c.batch_size}: must be >= 1, e.g. --batch-size 32")
-    _require(c.lr > 0 and math.isfinite(c.lr), f"--lr {c.lr}: must be a positive number, e.g. --lr 0.001")
+    if c.lr is not None:
+        _require(c.lr > 0 and math.isfinite(c.lr), f"--lr {c.lr}: must be a positive number, e.g. --lr 0.001")
+    if c.server_lr is not None:
+        _require(c.server_lr > 0, f"--server-lr {c.server_lr}: must be > 0, e.g. 0.316")
+    _require(0 <= c.server_momentum < 1, f"--server-momentum {c.server_momentum}: must be in [0, 1), e.g. 0.9")
+    betas = c.server_beta_pair
+    _require(len(betas) == 2 and all(0 <= b < 1 for b in betas),
+             f"--server-betas {c.server_betas}: give two numbers in [0, 1), e.g. 0.9,0.999")
+    _require(c.server_tau > 0, f"--server-tau {c.server_tau}: must be > 0, e.g. 1e-7")
+    if c.clients_per_round is not None:
+        _require(c.clients_per_round >= 1, f"--clients-per-round {c.clients_per_round}: must be >= 1")
+    _require(c.fedadp_alpha > 0, f"--fedadp-alpha {c.fedadp_alpha}: must be > 0, e.g. 5")
+    one_of("--fedadp-angles", c.fedadp_angles, ANGLE_MODES)
     _require(c.weight_decay >= 0, f"--weight-decay {c.weight_decay}: must be >= 0")
     _require(c.epochs > 0, f"--epochs {c.epochs}: must be > 0, e.g. --epochs 5")
     if c.max_steps is not None:

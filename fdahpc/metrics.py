@@ -64,13 +64,14 @@ class RunFile:
         for name, values in self._pending.items():
             if not values:
                 continue
-            arr = np.asarray(values)
+            arr = np.asarray(values)  # scalars -> 1-D series; equal-length vectors -> rows of a 2-D one
             if name not in self._h5:
                 dtype = np.int64 if np.issubdtype(arr.dtype, np.integer) else np.float64
-                self._h5.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(4096,))
+                row = arr.shape[1:]
+                self._h5.create_dataset(name, shape=(0, *row), maxshape=(None, *row), dtype=dtype, chunks=True)
             ds = self._h5[name]
             n = ds.shape[0]
-            ds.resize((n + len(arr),))
+            ds.resize(n + len(arr), axis=0)
             ds[n:] = arr
             values.clear()
         self._h5.flush()

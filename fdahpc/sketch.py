@@ -46,7 +46,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["AmsSketch", "estimate_sq_norm", "hash_coefficients", "MERSENNE_P"]
+__all__ = ["AmsSketch", "estimate_sq_norm", "hash_coefficients", "compile_kernels", "MERSENNE_P"]
 
 # Numba flags, in one place. No fastmath: scatter-adds do not vectorize, so it buys
 # nothing, and strict IEEE order keeps sketches bit-reproducible. cache: compile once
@@ -93,12 +93,17 @@ def estimate_sq_norm(sk) -> float:
     """AMS second-moment estimate ``M2 = median_r sum_j sk[r, j]^2`` of ``||v||^2``.
 
     The median (mean of the two middle rows when ``rows`` is even) turns the per-row
-    constant-probability guarantee into a ``1 - delta`` one.
+    constant-probability guarantee into a ``1 - delta`` one. How tight, for l = 5,
+    m = 250: for a dense ``v`` each row is about ``||v||^2 chi2_m / m`` (relative sd
+    ``sqrt(2/m)`` = 8.9 %), so ``|M2/||v||^2 - 1| < 1/sqrt(m)`` holds in about 81 % of
+    hash draws (over-estimates beyond ``1 + 1/sqrt(m)``: about 9 %) and within
+    ``2/sqrt(m)`` in about 99 %; vectors with few non-zeros are nearly exact.
     """
     sk = np.asarray(sk, dtype=np.float64)
     if sk.ndim != 2 or sk.size == 0:
         raise ValueError(f"sk: expected a non-empty (rows, cols) array, got shape {sk.shape}")
     return float(np.median(np.einsum("rj,rj->r", sk, sk)))
+
 
 
 # --------------------------------------------------------------------------- kernels
@@ -426,6 +431,20 @@ class AmsSketch:
 
     def __repr__(self) -> str:
         return f"AmsSketch(dim={self.dim}, rows={self.rows}, cols={self.cols}, seed={self.seed})"
+
+
+def compile_kernels() -> None:
+    """Compile every kernel now, or load it from Numba's on-disk cache.
+
+    Numba otherwise compiles on first use. Call this on one rank before a barrier so
+    that the other ranks load the cache instead of all compiling at once (DESIGN.md).
+    """
+    sk = AmsSketch(16, rows=5, cols=4)  # builds a table: compiles the hash kernel
+    vec = np.zeros(16, dtype=np.float32)
+    out = np.empty((5, 4), dtype=np.float64)
+    scratch = np.empty((2, 2 * 5 * 4), dtype=np.float64)
+    _sketch_kernel_serial_chunks(vec, sk._codes, sk._words, scratch, out, 8)
+    _sketch_kernel_parallel(vec, sk._codes, sk._words, scratch, out, 8)
 
 
 def _check_family(state):

@@ -76,7 +76,7 @@ class BatchStream:
         return self.x[idx], self.y[idx]
 
 
-def make_optimizer(name: str, params, lr: float, weight_decay: float):
+def make_optimizer(name: str, lr: float, params, weight_decay: float):
     import torch
 
     if name == "adam":
@@ -101,7 +101,7 @@ def build(cfg, comm) -> Setup:
     from .metrics import check_writable
     from .models import build_model
     from .params import FlatParams
-    from .strategies import build_strategy
+    from .strategies import build_strategy, local_optimizer
 
     out = cfg.out or os.path.join("runs", f"{cfg.strategy}-{time.strftime('%Y%m%d-%H%M%S')}.h5")
     out = comm.bcast_obj(out)  # one timestamp for the whole job
@@ -128,10 +128,10 @@ def build(cfg, comm) -> Setup:
 
     model = new_model()
     flat = FlatParams(model)
-    optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr, cfg.weight_decay)
+    optimizer = make_optimizer(*local_optimizer(cfg), model.parameters(), cfg.weight_decay)
     evaluator = Evaluator(comm, new_model(), data.x_test, data.y_test)
     batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank)
-    strategy = build_strategy(cfg, comm, flat.w, steps_per_epoch)
+    strategy = build_strategy(cfg, comm, flat.w, steps_per_epoch, num_samples=len(data.y_train))
     return Setup(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps, out)
 
 
@@ -164,12 +164,13 @@ def train(s: Setup) -> dict:
     s.model.train()
     try:
         for step in range(1, s.total_steps + 1):
-            xb, yb = s.batches.next()
-            s.optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(s.model(xb), yb)
-            loss.backward()
-            s.optimizer.step()
-            running_loss += loss.item()
+            if strategy.participating:  # a worker left out of this round keeps the global model
+                xb, yb = s.batches.next()
+                s.optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(s.model(xb), yb)
+                loss.backward()
+                s.optimizer.step()
+                running_loss += loss.item()
             if strategy.after_step():
                 run.append("sync/step", step)
             for name, value in strategy.records():

@@ -11,7 +11,7 @@ from conftest import run_python
 from naive import naive_ams_sketch, naive_sq_norm_estimate
 
 from fdahpc import sketch as sketch_mod
-from fdahpc.sketch import MERSENNE_P, AmsSketch, estimate_sq_norm, hash_coefficients
+from fdahpc.sketch import MERSENNE_P, AmsSketch, compile_kernels, estimate_sq_norm, hash_coefficients
 
 
 def _vec(dim, seed=0):
@@ -241,3 +241,8 @@ def test_hash_coefficients_are_seeded_and_in_range():
     assert all(0 <= c < MERSENNE_P for row in bucket + sign for c in row)
     assert (bucket, sign) == hash_coefficients(4, 99)
     assert bucket != hash_coefficients(4, 100)[0]
+
+
+def test_compile_kernels_runs():
+    compile_kernels()  # idempotent; cheap once cached
+    assert AmsSketch(8, 5, 4).sketch(np.ones(8, np.float32)).shape == (5, 4)

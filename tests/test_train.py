@@ -66,7 +66,7 @@ def test_one_rank_synchronous_equals_plain_training(tmp_path):
     data = load_dataset("mnist5k")
     torch.manual_seed(3)
     model = build_model("lenet5", 1, 28, 10)
-    opt = make_optimizer("adam", model.parameters(), 1e-3, 0.0)
+    opt = make_optimizer("adam", 1e-3, model.parameters(), 0.0)
     batches = BatchStream(data.x_train, data.y_train, 16, seed=3, rank=0)
     for _ in range(25):
         xb, yb = batches.next()

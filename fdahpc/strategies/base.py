@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import torch
 
 from ..comm import Communicator
+from .participation import Participation
 
 __all__ = ["Trigger", "Rule", "Synchronizer", "paper_comm_bytes"]
 
@@ -40,34 +41,46 @@ class Trigger(Protocol):
 class Rule(Protocol):
     #: Full-model AllReduces one synchronization costs (FedAdp needs two).
     model_reductions: int
+    #: Small per-node data one synchronization also uploads (FedAdp's scalars or sketches).
+    round_state_bytes: int
     needs_anchor: bool
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
         """Collective: replace ``w`` by the new global model on every rank; ``anchor`` is read-only."""
+
+    def records(self) -> list[tuple[str, Any]]:
+        """(dataset name, value) pairs for the run file after the latest synchronization."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def paper_comm_bytes(*, syncs: int, steps: int, dim: int, workers: int, state_bytes: int, model_reductions: int = 1) -> int:
-    """Training traffic as the FDA paper counts it (ALGORITHMS.md §1).
+def paper_comm_bytes(*, syncs: int, steps: int, dim: int, workers: int, state_bytes: int,
+                     model_reductions: int = 1, round_state_bytes: int = 0, participants: int | None = None) -> int:
+    """Training traffic as the FDA paper counts it.
 
-    Every sync moves each worker's float32 model up and down (``4·d·K·2`` bytes per
-    full-model reduction); every step each worker uploads its monitoring state.
+    Every sync moves each participating worker's float32 model up and down (``4·d·K·2``
+    bytes per full-model reduction) plus any small per-round upload of the rule; every
+    step each worker uploads its monitoring state.
     """
-    return syncs * model_reductions * 4 * dim * workers * 2 + state_bytes * steps * workers
+    c = workers if participants is None else participants
+    per_sync = model_reductions * 4 * dim * c * 2 + round_state_bytes * c
+    return syncs * per_sync + state_bytes * steps * workers
 
 
 class Synchronizer:
     """Runs a trigger and a rule over a flat parameter buffer ``w``."""
 
-    def __init__(self, name: str, comm: Communicator, w: torch.Tensor, trigger: Trigger, rule: Rule) -> None:
+    def __init__(self, name: str, comm: Communicator, w: torch.Tensor, trigger: Trigger, rule: Rule,
+                 participation: Participation | None = None) -> None:
         self.name = name
         self.comm = comm
         self.w = w
         self.trigger = trigger
         self.rule = rule
+        self.participation = participation or Participation(comm.rank, comm.world_size, None, 0)
+        self._rule_records: list[tuple[str, Any]] = []
         self.anchor = w.detach().clone() if (trigger.needs_anchor or rule.needs_anchor) else None
         self.steps = 0
         self.syncs = 0
@@ -77,12 +90,19 @@ class Synchronizer:
         if self.anchor is not None:
             self.anchor.copy_(self.w)
 
-    def records(self) -> list[tuple[str, float]]:
-        return self.trigger.records()
+    def records(self) -> list[tuple[str, Any]]:
+        """What the trigger and (after a sync) the rule want recorded for the latest step."""
+        return self.trigger.records() + self._rule_records
+
+    @property
+    def participating(self) -> bool:
+        """Whether this rank trains in the current round (always, without client sampling)."""
+        return self.participation.active
 
     def after_step(self) -> bool:
-        """Call once after every local optimizer step; returns True when the models were combined."""
+        """Call once after every local step (taken or skipped); True when the models were combined."""
         self.steps += 1
+        self._rule_records = []
         if not self.trigger.should_sync(self.steps, self.w, self.anchor):
             return False
         self.sync()
@@ -90,10 +110,14 @@ class Synchronizer:
 
     def sync(self) -> None:
         self.rule.aggregate(self.w, self.anchor)
+        # Per-round series (FedAdp's weights and angles) get a round/step row beside them.
+        rows = self.rule.records()
+        self._rule_records = [("round/step", self.steps), *rows] if rows else []
         self.trigger.on_sync(self.anchor, self.w)
         if self.anchor is not None:
             self.anchor.copy_(self.w)
         self.syncs += 1
+        self.participation.next_round()
 
     def comm_bytes(self) -> int:
         return paper_comm_bytes(
@@ -103,6 +127,8 @@ class Synchronizer:
             workers=self.comm.world_size,
             state_bytes=self.trigger.state_bytes,
             model_reductions=self.rule.model_reductions,
+            round_state_bytes=self.rule.round_state_bytes,
+            participants=self.participation.count,
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -112,6 +138,7 @@ class Synchronizer:
             "anchor": None if self.anchor is None else self.anchor.clone(),
             "trigger": self.trigger.state_dict(),
             "rule": self.rule.state_dict(),
+            "participation": self.participation.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -120,3 +147,4 @@ class Synchronizer:
             self.anchor.copy_(state["anchor"])
         self.trigger.load_state_dict(state["trigger"])
         self.rule.load_state_dict(state["rule"])
+        self.participation.load_state_dict(state["participation"])

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..comm import Communicator
+from .participation import Participation, participant_mean_
 
 __all__ = ["PeriodicTrigger", "MeanRule"]
 
@@ -45,16 +46,21 @@ class PeriodicTrigger:
 
 
 class MeanRule:
-    """The new global model is the plain average of the workers' models."""
+    """The new global model is the plain average of the (participating) workers' models."""
 
     model_reductions = 1
-    needs_anchor = False
+    round_state_bytes = 0
 
-    def __init__(self, comm: Communicator) -> None:
+    def __init__(self, comm: Communicator, participation: Participation) -> None:
         self.comm = comm
+        self.participation = participation
+        self.needs_anchor = participation.sampling
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
-        self.comm.allreduce_mean_(w, "sync")
+        participant_mean_(self.comm, self.participation, w, anchor)
+
+    def records(self) -> list[tuple[str, Any]]:
+        return []
 
     def state_dict(self) -> dict[str, Any]:
         return {}
