@@ -9,9 +9,11 @@ here, once, so the scripts run from a plain checkout. Child processes get it thr
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,7 +22,8 @@ try:
 except ImportError:  # a plain checkout: import the package from the repository root
     sys.path.insert(0, REPO_ROOT)
 
-__all__ = ["REPO_ROOT", "child_env", "launched_by_mpi", "median", "mpiexec", "print_table", "read_run", "run_train"]
+__all__ = ["REPO_ROOT", "CpuMeter", "child_env", "launched_by_mpi", "median", "mpiexec", "print_table", "read_run",
+           "run_train", "wait_for_quiet"]
 
 
 def launched_by_mpi() -> bool:
@@ -99,3 +102,84 @@ def print_table(header: list[str], rows: list[list], file=None) -> None:
     for r in cells[1:]:
         print(line(r), file=file)
     sys.stdout.flush()
+
+
+# Noise on a shared machine ------------------------------------------------------------
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy since boot (all cores, /proc/stat)."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    guest = sum(fields[8:10]) if len(fields) > 9 else 0  # already inside user/nice
+    return (sum(fields) - idle - guest) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds(who: int) -> float:
+    ru = resource.getrusage(who)
+    return ru.ru_utime + ru.ru_stime
+
+
+class CpuMeter:
+    """What share of the machine *other* processes used while we measured.
+
+    Machine busy time (/proc/stat) minus the CPU time of this process and of the children
+    it has waited for (an ``mpiexec`` job and its ranks), over cores x wall time. On Linux
+    only; elsewhere ``foreign_share`` is NaN.
+    """
+
+    def __init__(self, include_children: bool = True) -> None:
+        self.children = include_children
+        self.cores = os.cpu_count() or 1
+        self.start()
+
+    def _now(self):
+        own = _own_seconds(resource.RUSAGE_SELF)
+        if self.children:
+            own += _own_seconds(resource.RUSAGE_CHILDREN)
+        try:
+            busy = _busy_seconds()
+        except (OSError, ValueError, IndexError):
+            busy = float("nan")
+        return time.perf_counter(), busy, own
+
+    def start(self) -> None:
+        self._t0 = self._now()
+
+    def foreign_share(self, own_extra: float = 0.0) -> float:
+        """Others' CPU / (cores x wall) since ``start``; ``own_extra`` adds CPU time of ours
+        this process cannot see (e.g. the other MPI ranks, summed by the caller)."""
+        t1, busy1, own1 = self._now()
+        t0, busy0, own0 = self._t0
+        wall = t1 - t0
+        if wall <= 0:
+            return float("nan")
+        foreign = (busy1 - busy0) - (own1 - own0) - own_extra
+        return max(0.0, foreign) / (self.cores * wall)
+
+
+def runnable_others() -> int:
+    """Runnable tasks on the machine right now, not counting the one reading (/proc/loadavg)."""
+    try:
+        with open("/proc/loadavg") as fh:
+            return int(fh.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def wait_for_quiet(max_wait: float, max_runnable: int = 0, settle: float = 2.0) -> float:
+    """Wait up to ``max_wait`` s until at most ``max_runnable`` other tasks stay runnable for
+    ``settle`` s (sampled every 0.25 s); returns the seconds waited. Never waits forever:
+    a busy shared machine is reported by :class:`CpuMeter`, not hidden."""
+    t0 = time.perf_counter()
+    quiet_since = None
+    while time.perf_counter() - t0 < max_wait:
+        if runnable_others() <= max_runnable:
+            quiet_since = quiet_since or time.perf_counter()
+            if time.perf_counter() - quiet_since >= settle:
+                break
+        else:
+            quiet_since = None
+        time.sleep(0.25)
+    return time.perf_counter() - t0

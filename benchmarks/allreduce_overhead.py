@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
-from _common import launched_by_mpi, median, mpiexec, print_table
+from _common import CpuMeter, launched_by_mpi, median, mpiexec, print_table, wait_for_quiet
 
 VARIANTS = ("raw", "mean", "sum", "raw@torch", "scale", "mean@np")
 
@@ -47,6 +48,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--dims", default="62000,2600000,11200000", help="comma-separated buffer sizes d (float32 values)")
     p.add_argument("--repeats", type=int, default=60, help="timed repeats of every variant per d, 5x that for d < 1M (default 60)")
     p.add_argument("--warmup", type=int, default=5, help="untimed repeats first (default 5)")
+    p.add_argument("--wait-idle", type=float, default=60, help="wait up to this many seconds for other processes to go idle first")
     p.add_argument("--timeout", type=float, default=900, help="seconds before the relaunched job is killed")
     args = p.parse_args(argv)
     args.dims = [int(float(x)) for x in args.dims.split(",") if x.strip()]
@@ -119,7 +121,13 @@ def worker(args) -> None:
     for dim in args.dims:
         # Small buffers take microseconds but are at the mercy of the scheduler: more samples.
         repeats = args.repeats * (5 if dim < 1_000_000 else 1)
+        meter = CpuMeter(include_children=False)
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         mine = bench_one(mpi_comm, comm, dim, repeats, args.warmup)
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        own = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
+        others_ranks = mpi_comm.allreduce(own) - own  # the other ranks' CPU is ours too
+        foreign = meter.foreign_share(own_extra=others_ranks)
         arr = np.array([mine[v] for v in VARIANTS])  # (variants, repeats)
         slowest = np.empty_like(arr)
         mpi_comm.Allreduce(arr, slowest, op=MPI.MAX)  # a collective ends with its slowest rank
@@ -132,16 +140,18 @@ def worker(args) -> None:
                 f"{paired:.3f}", f"{np.percentile(t['raw'], 25) * 1e3:.2f}-{np.percentile(t['raw'], 75) * 1e3:.2f}",
                 f"{med['raw@torch'] / med['raw']:.3f}", f"{med['sum'] / med['raw@torch']:.3f}",
                 f"{med['mean'] / med['sum']:.3f}", f"{med['scale']:.3f}", f"{med['mean@np'] / med['raw']:.3f}",
+                f"{foreign:.0%}",
             ])
     if comm.is_root:
         print(f"allreduce overhead: {comm.world_size} ranks, {args.repeats} repeats (5x for d < 1M; after {args.warmup} warm-up), "
               f"median of the slowest rank's time; mpi4py {__import__('mpi4py').__version__}, "
               f"{MPI.Get_library_version().splitlines()[0].strip()}")
         print_table(["d", "raw ms", "fdahpc ms", "ratio", "paired", "raw IQR ms", "raw@torch/raw", "sum/raw@torch",
-                     "mean/sum", "scale ms", "mean@np/raw"], rows)
+                     "mean/sum", "scale ms", "mean@np/raw", "others' CPU"], rows)
         print("ratio = median fdahpc mean / median raw Allreduce (goal <= 1.10); paired = median of per-repeat ratios.\n"
               "It factors as raw@torch/raw (the torch buffer's memory) x sum/raw@torch (fdahpc's wrapper)\n"
               "x mean/sum (the 1/K pass, alone: scale ms). mean@np/raw: fdahpc's mean on a NumPy-allocated tensor.\n"
+              "others' CPU: share of the machine that other processes used meanwhile (noise indicator).\n"
               f"transparent huge pages: {_thp_mode()}; THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
 
 
@@ -166,6 +176,9 @@ def main(argv=None) -> int:
             MPI.COMM_WORLD.Abort(1)  # never leave the other ranks inside a collective
         return 0
     argv = sys.argv[1:] if argv is None else argv
+    waited = wait_for_quiet(args.wait_idle)
+    if waited >= args.wait_idle:
+        print(f"allreduce_overhead: the machine did not go idle within {args.wait_idle:.0f} s; measuring anyway", flush=True)
     proc = mpiexec(args.ranks, [sys.executable, __file__, *argv], args.timeout, capture=False)
     return proc.returncode
 

@@ -31,7 +31,7 @@ Run (the default sweep takes about 30 minutes on a 2-core machine; ``--quick`` a
 
     python benchmarks/comm_cost.py [--quick] [--strategies ...] [--thetas ...]
         [--workers 4,8] [--partitions iid,sorted:60] [--skip sorted:60@8]
-        [--target 0.88] [--max-epochs 8] [--seeds 0] [--eval-every 100]
+        [--target 0.88] [--max-epochs 10] [--seeds 0] [--eval-every 100]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
-from _common import REPO_ROOT, median, print_table, run_train
+from _common import REPO_ROOT, CpuMeter, median, print_table, run_train
 
 FDA_PRESETS = {"linearfda": "linear", "sketchfda": "sketch"}  # preset -> its trigger
 FDA_TRIGGERS = ("linear", "sketch")
@@ -56,7 +56,7 @@ DEFAULTS = dict(
     strategies="synchronous,fedavg:local-epochs=1,linearfda,sketchfda",
     thetas="linear=1,2,4;sketch=1,2,4",
     workers="4,8", partitions="iid,sorted:60", skip="sorted:60@8",
-    target=0.88, max_epochs=8.0, seeds="0", eval_every=100,
+    target=0.88, max_epochs=10.0, seeds="0", eval_every=100,
 )
 QUICK = dict(
     strategies="synchronous,fedavg:local-epochs=1,linearfda,sketchfda",
@@ -216,7 +216,7 @@ def validate(jobs: list[Job]) -> None:
 
 CSV_FIELDS = ["partition", "workers", "strategy", "entry", "theta", "seed", "reached", "steps_to_target",
               "gb_to_target", "steps", "syncs", "gb", "final_accuracy", "target", "steps_per_epoch",
-              "wall_seconds", "eval_seconds", "state_bytes", "params", "run_file"]
+              "wall_seconds", "eval_seconds", "job_seconds", "others_cpu", "state_bytes", "params", "run_file"]
 
 
 def row_of(job: Job, run: dict, target: float, path: str) -> dict:
@@ -242,9 +242,10 @@ def run_table(rows: list[dict]) -> None:
         table.append([r["partition"], r["workers"], r["strategy"], "" if r["theta"] == "" else f"{r['theta']:g}", r["seed"],
                       r["steps_to_target"] if reached else f">{r['steps']}",
                       fmt_gb(r["gb_to_target"]) if reached else f">{fmt_gb(r['gb'])}",
-                      "yes" if reached else "no", r["syncs"], f"{r['final_accuracy']:.4f}", f"{r['wall_seconds']:.0f}"])
+                      "yes" if reached else "no", r["syncs"], f"{r['final_accuracy']:.4f}", f"{r['job_seconds']:.0f}",
+                      f"{r['others_cpu']:.0%}"])
     print_table(["partition", "K", "strategy", "Θ", "seed", "steps to target", "GB to target", "reached?", "syncs",
-                 "last acc", "wall s"], table)
+                 "last acc", "job s", "others' CPU"], table)
 
 
 def summary_table(rows: list[dict]) -> list[list]:
@@ -278,7 +279,7 @@ SPARE = [("v", "tab:green"), ("P", "tab:red"), ("X", "tab:purple"), ("*", "tab:b
          ("<", "tab:olive"), (">", "tab:cyan")]
 
 
-def plot(rows: list[dict], path: str, target: float) -> None:
+def plot(rows: list[dict], path: str, target: float, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -289,7 +290,7 @@ def plot(rows: list[dict], path: str, target: float) -> None:
     style = {}
     for lab in labels:
         style[lab] = MARKERS.get(lab) or SPARE[len([x for x in style if x not in MARKERS]) % len(SPARE)]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(max(6.0, 4.6 * len(keys)), 4.6), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for lab in labels:
             runs = [r for r in rows if (r["partition"], r["workers"]) == key and r["strategy"] == lab]
@@ -312,7 +313,7 @@ def plot(rows: list[dict], path: str, target: float) -> None:
         ax.set_title(f"{key[0]}, K={key[1]}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle(f"LeNet-5 / FashionMNIST: cost to reach {target:.1%} test accuracy (hollow: target not reached)", fontsize=10)
+    fig.suptitle(f"{title}: cost to reach {target:.1%} test accuracy\n(filled: reached; hollow: not reached, final values)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -335,7 +336,7 @@ def main(argv=None) -> int:
         writer.writeheader()
         for i, job in enumerate(jobs, 1):
             path = os.path.join(args.workdir, job.file_name)
-            t0 = time.perf_counter()
+            t0, meter = time.perf_counter(), CpuMeter()
             try:
                 run = run_train(job.workers, job.flags, path, args.timeout)
             except RuntimeError as exc:
@@ -343,6 +344,7 @@ def main(argv=None) -> int:
                 print(f"[{i}/{len(jobs)}] FAILED {job.file_name}: {str(exc).splitlines()[0]}", flush=True)
                 continue
             row = row_of(job, run, args.target, os.path.relpath(path, REPO_ROOT))
+            row.update(job_seconds=round(time.perf_counter() - t0, 1), others_cpu=round(meter.foreign_share(), 3))
             rows.append(row)
             writer.writerow(row)
             fh.flush()
@@ -350,17 +352,18 @@ def main(argv=None) -> int:
                   f"{'' if job.theta is None else f' Θ={job.theta:g}'}: "
                   f"{'reached at step ' + str(row['steps_to_target']) if row['reached'] else 'not reached in ' + str(row['steps']) + ' steps'}, "
                   f"{row['syncs']} syncs, {(row['gb_to_target'] if row['reached'] else row['gb']):.4f} GB; "
-                  f"{time.perf_counter() - t0:.0f} s (total {time.perf_counter() - start:.0f} s)", flush=True)
+                  f"{row['job_seconds']:.0f} s, others used {row['others_cpu']:.0%} of the machine "
+                  f"(total {time.perf_counter() - start:.0f} s)", flush=True)
     if not rows:
         print("\n".join(failures), file=sys.stderr)
         return 1
-    print(f"\nLeNet-5 ({args.model}) on {args.dataset}, target {args.target:g}, cap {args.max_epochs:g} epochs, "
+    print(f"\n{args.model} on {args.dataset}, target {args.target:g}, cap {args.max_epochs:g} epochs, "
           f"eval every {args.eval_every} steps; {len(rows)} runs in {time.perf_counter() - start:.0f} s")
     run_table(rows)
     print("\nPer (partition, K): GB and steps to target, medians over Θ and seeds of the runs that reached it")
     print_table(["partition", "K", "strategy", "reached", "GB (median)", "sync GB", "sync GB / GB", "steps (median)",
                  "sync steps", "steps / sync"], summary_table(rows))
-    plot(rows, png_path, args.target)
+    plot(rows, png_path, args.target, f"{args.model} / {args.dataset}")
     print(f"\nrows: {csv_path}\nplot: {png_path}")
     if failures:
         print("failed runs:\n  " + "\n  ".join(failures), file=sys.stderr)

@@ -215,6 +215,20 @@ def train(s: Setup) -> dict:
     return result
 
 
+def _compile_once(cfg, comm) -> None:
+    """Rank 0 compiles the Numba sketch kernels (or loads them from the cache) while the
+    others wait, so that 44 ranks do not all compile and race on the cache at once."""
+    from .strategies import uses_sketch
+
+    if not uses_sketch(cfg):
+        return
+    if comm.is_root:
+        from .sketch import compile_kernels
+
+        compile_kernels()
+    comm.barrier()
+
+
 def _fail_setup(comm, errors: list) -> int:
     first = next(e for e in errors if e is not None)
     if comm is None or comm.is_root:
@@ -239,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     comm = make_communicator(cfg.backend)
     logging.basicConfig(level=logging.INFO if comm.is_root else logging.WARNING, format="%(message)s", stream=sys.stdout)
     try:
+        _compile_once(cfg, comm)
         try:
             setup, error = build(cfg, comm), None
         except _SETUP_ERRORS as exc:

@@ -21,7 +21,7 @@ from .participation import Participation
 from .schedule import MeanRule, PeriodicTrigger
 
 __all__ = ["STRATEGIES", "STRATEGY_HELP", "TRIGGERS", "RULES", "ANGLE_MODES", "Preset", "PRESETS",
-           "build_strategy", "local_optimizer", "Synchronizer", "paper_comm_bytes"]
+           "build_strategy", "local_optimizer", "uses_sketch", "Synchronizer", "paper_comm_bytes"]
 
 
 def periodic_tau(cfg, steps_per_epoch: int) -> int:
@@ -91,6 +91,12 @@ def local_optimizer(cfg) -> tuple[str, float]:
     """(optimizer, lr): the flags when given, else the strategy's preset."""
     preset = PRESETS[cfg.strategy]
     return cfg.optimizer or preset.optimizer, cfg.lr or preset.lr
+
+
+def uses_sketch(cfg) -> bool:
+    """Whether this configuration computes AMS sketches (SketchFDA trigger or sketched FedAdp angles)."""
+    preset = PRESETS[cfg.strategy]
+    return (cfg.sync or preset.trigger) == "sketch" or (preset.rule == "fedadp" and cfg.fedadp_angles == "sketch")
 
 
 def build_strategy(cfg, comm: Communicator, w: torch.Tensor, steps_per_epoch: int, num_samples: int) -> Synchronizer:
