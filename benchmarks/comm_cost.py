@@ -357,8 +357,13 @@ def main(argv=None) -> int:
     if not rows:
         print("\n".join(failures), file=sys.stderr)
         return 1
+    total = time.perf_counter() - start
+    # Our jobs fill both cores, so the share others took is roughly the share of time we lost.
+    idle_estimate = sum(r["job_seconds"] * (1 - min(r["others_cpu"], 0.95)) for r in rows)
     print(f"\n{args.model} on {args.dataset}, target {args.target:g}, cap {args.max_epochs:g} epochs, "
-          f"eval every {args.eval_every} steps; {len(rows)} runs in {time.perf_counter() - start:.0f} s")
+          f"eval every {args.eval_every} steps; {len(rows)} runs in {total:.0f} s, others used "
+          f"{sum(r['others_cpu'] * r['job_seconds'] for r in rows) / max(1e-9, sum(r['job_seconds'] for r in rows)):.0%} "
+          f"of the machine meanwhile (about {idle_estimate:.0f} s on an idle machine)")
     run_table(rows)
     print("\nPer (partition, K): GB and steps to target, medians over Θ and seeds of the runs that reached it")
     print_table(["partition", "K", "strategy", "reached", "GB (median)", "sync GB", "sync GB / GB", "steps (median)",

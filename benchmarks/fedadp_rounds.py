@@ -42,11 +42,11 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=10)
     p.add_argument("--partition", default="mix:5*iid+5*classes:2")
     p.add_argument("--model", default="cnn")
-    p.add_argument("--tau", type=int, default=20, help="local steps per round")
+    p.add_argument("--tau", type=int, default=50, help="local steps per round")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--target", type=float, default=0.80)
-    p.add_argument("--max-rounds", type=int, default=60)
+    p.add_argument("--max-rounds", type=int, default=30)
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args()
 

@@ -3,7 +3,7 @@
 ``sk: R^d -> R^{l x m}`` with, for each row ``r``, a bucket hash ``h_r: [d] -> [m]``
 drawn from a 2-wise independent family and a sign hash ``g_r: [d] -> {-1, +1}`` drawn
 from a 4-wise independent family; ``sk(v)[r, h_r(i)] += g_r(i) * v_i`` (Alon, Matias,
-Szegedy 1996; spec in ALGORITHMS.md section 1). The estimator ``M2(S) = median_r
+Szegedy 1996; as used by SketchFDA, arXiv 2405.20988). The estimator ``M2(S) = median_r
 sum_j S[r, j]^2`` is within ``(1 +- eps) ||v||^2`` w.p. ``>= 1 - delta`` for
 ``m = O(1/eps^2)``, ``l = O(log 1/delta)``. The sketch is linear, so averaging the
 workers' sketches gives the sketch of the average drift.
@@ -437,7 +437,7 @@ def compile_kernels() -> None:
     """Compile every kernel now, or load it from Numba's on-disk cache.
 
     Numba otherwise compiles on first use. Call this on one rank before a barrier so
-    that the other ranks load the cache instead of all compiling at once (DESIGN.md).
+    that the other ranks load the cache instead of all compiling at once.
     """
     sk = AmsSketch(16, rows=5, cols=4)  # builds a table: compiles the hash kernel
     vec = np.zeros(16, dtype=np.float32)

@@ -1,6 +1,6 @@
 """Slow, obviously-correct reference implementations; fast code is tested against them.
 
-Each reference is a plain loop over the definition in ALGORITHMS.md, written for
+Each reference is a plain loop over the published definition, written for
 readability, never for speed. Keep inputs small.
 """
 
@@ -39,7 +39,7 @@ def naive_sq_norm_estimate(sk):
 
 
 # ---------------------------------------------------------------- aggregation references
-# Literal float64 loops over coordinates for fdahpc.aggregate (ALGORITHMS.md §1, §2).
+# Literal float64 loops over coordinates for fdahpc.aggregate (FedAvgM, FedAdam, FedAdp).
 
 import math as _math
 
