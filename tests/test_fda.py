@@ -131,8 +131,8 @@ def test_theta_zero_is_exactly_synchronous(comm, tmp_path, fda):
 @pytest.mark.distributed
 @pytest.mark.parametrize("fda,theta", [("linearfda", 0.05), ("sketchfda", 0.05)])
 def test_every_rank_takes_the_same_decisions(comm, tmp_path, fda, theta):
-    setup, decisions = _steps(comm, tmp_path, 40, strategy=fda, theta=theta, partition="sorted:50")
-    assert 0 < sum(decisions) < 40  # the threshold matters in this run
+    setup, decisions = _steps(comm, tmp_path, 30, strategy=fda, theta=theta, partition="sorted:50")
+    assert 0 < sum(decisions) < 30  # the threshold matters in this run
     everyone = comm.allgather_obj(decisions)
     assert all(d == decisions for d in everyone)
     anchors = comm.allgather(setup.strategy.anchor.numpy(), "control")
@@ -142,7 +142,7 @@ def test_every_rank_takes_the_same_decisions(comm, tmp_path, fda, theta):
 @pytest.mark.slow
 def test_same_decisions_on_four_ranks():
     proc = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi",
-                       "tests/test_fda.py", "-k", "same_decisions"], ranks=4, timeout=300)
+                       "tests/test_fda.py", "-k", "same_decisions"], ranks=4, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.stdout.count("2 passed") == 4
 
