@@ -27,7 +27,10 @@ The step at which a run reaches the target is resolved to ``--eval-every`` steps
 that fdahpc evaluates the average of the workers' models (evaluation traffic, not
 counted), so between syncs the model scored is one more sync away from existing.
 
-Run (the default sweep takes about 30 minutes on a 2-core machine; ``--quick`` about 3):
+``--resume`` reuses the finished run files of an earlier sweep with identical flags (as
+listed in its CSV) and runs only the missing or failed ones.
+
+Run (the default sweep takes about 30 minutes on an idle 2-core machine; ``--quick`` about 3):
 
     python benchmarks/comm_cost.py [--quick] [--strategies ...] [--thetas ...]
         [--workers 4,8] [--partitions iid,sorted:60] [--skip sorted:60@8]
@@ -46,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
-from _common import REPO_ROOT, CpuMeter, median, print_table, run_train
+from _common import REPO_ROOT, CpuMeter, median, print_table, read_run, run_train
 
 FDA_PRESETS = {"linearfda": "linear", "sketchfda": "sketch"}  # preset -> its trigger
 FDA_TRIGGERS = ("linear", "sketch")
@@ -133,6 +136,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--dataset", default="fashion-mnist", help="dataset flag of fdahpc.train (default fashion-mnist)")
     p.add_argument("--model", default="lenet5", help="model flag of fdahpc.train (default lenet5)")
     p.add_argument("--extra", default="", help="more fdahpc.train flags for every run, one quoted string")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse finished run files of an earlier sweep with the same flags (listed in its CSV); run the rest")
     p.add_argument("--timeout", type=float, default=900, help="seconds before one run is killed (default 900)")
     p.add_argument("--workdir", default=None, help="folder for the run files (default runs/comm_cost)")
     p.add_argument("--out", default=None, help="CSV/PNG path prefix (default benchmarks/comm_cost; quick: runs/comm_cost_quick/comm_cost)")
@@ -249,13 +254,22 @@ def run_table(rows: list[dict]) -> None:
 
 
 def summary_table(rows: list[dict]) -> list[list]:
-    """Per (partition, K): every non-synchronous strategy against Synchronous, medians over Θ and seeds."""
+    """Per (partition, K): every non-synchronous strategy against Synchronous, medians over Θ and seeds.
+
+    When Synchronous missed the target, what it spent by the cap is a lower bound on its
+    cost, so its figures and the ratios are shown as bounds (``>``).
+    """
     out = []
     for key in dict.fromkeys((r["partition"], r["workers"]) for r in rows):
         group = [r for r in rows if (r["partition"], r["workers"]) == key]
-        sync = [r for r in group if r["strategy"] == "synchronous" and r["reached"]]
-        sync_gb = median(r["gb_to_target"] for r in sync)
-        sync_steps = median(r["steps_to_target"] for r in sync)
+        sync_all = [r for r in group if r["strategy"] == "synchronous"]
+        sync = [r for r in sync_all if r["reached"]]
+        bound = not sync and bool(sync_all)
+        if sync:
+            sync_gb, sync_steps = median(r["gb_to_target"] for r in sync), median(r["steps_to_target"] for r in sync)
+        else:  # nan when there is no synchronous run at all
+            sync_gb, sync_steps = median(r["gb"] for r in sync_all), median(r["steps"] for r in sync_all)
+        gt = ">" if bound else ""
         labels = list(dict.fromkeys(r["strategy"] for r in group if r["strategy"] != "synchronous"))
         fda = [r for r in group if r["theta"] != ""]
         sets = [(lab, [r for r in group if r["strategy"] == lab]) for lab in labels]
@@ -265,11 +279,11 @@ def summary_table(rows: list[dict]) -> list[list]:
             ok = [r for r in runs if r["reached"]]
             gb = median(r["gb_to_target"] for r in ok)
             steps = median(r["steps_to_target"] for r in ok)
-            ratio = sync_gb / gb if ok and sync else float("nan")
+            have = bool(ok) and bool(sync_all)
             out.append([key[0], key[1], lab, f"{len(ok)}/{len(runs)}", fmt_gb(gb) if ok else "-",
-                        fmt_gb(sync_gb) if sync else "-", f"{ratio:.1f}x" if math.isfinite(ratio) else "-",
-                        f"{steps:.0f}" if ok else "-", f"{sync_steps:.0f}" if sync else "-",
-                        f"{steps / sync_steps:.2f}" if ok and sync else "-"])
+                        gt + fmt_gb(sync_gb) if sync_all else "-", f"{gt}{sync_gb / gb:.1f}x" if have else "-",
+                        f"{steps:.0f}" if ok else "-", f"{gt}{sync_steps:.0f}" if sync_all else "-",
+                        ("<" if bound else "") + f"{steps / sync_steps:.2f}" if have else "-"])
     return out
 
 
@@ -319,6 +333,29 @@ def plot(rows: list[dict], path: str, target: float, title: str) -> None:
     plt.close(fig)
 
 
+def _previous_rows(csv_path: str) -> dict[str, dict]:
+    """Rows of an earlier sweep's CSV, by run file, for ``--resume``."""
+    try:
+        with open(csv_path, newline="") as fh:
+            return {r["run_file"]: r for r in csv.DictReader(fh)}
+    except (OSError, KeyError, csv.Error):
+        return {}
+
+
+def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
+    """``old`` when ``path`` is a finished run of exactly this job's configuration."""
+    if old is None or not os.path.exists(path) or not old.get("job_seconds") or not old.get("others_cpu"):
+        return None
+    from fdahpc.config import parse_args
+
+    try:
+        run = read_run(path)
+    except (RuntimeError, OSError):
+        return None
+    expected = parse_args([*job.flags, "--log-every", "1000000", "--out", path]).to_json()
+    return old if run.get("config") == expected else None
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     jobs = plan(args)
@@ -330,21 +367,28 @@ def main(argv=None) -> int:
     csv_path, png_path = args.out + ".csv", args.out + ".png"
     print(f"comm_cost: {len(jobs)} runs, target {args.target:g}, cap {args.max_epochs:g} epochs, eval every "
           f"{args.eval_every} steps; run files in {args.workdir}", flush=True)
-    rows, failures, start = [], [], time.perf_counter()
+    previous = _previous_rows(csv_path) if args.resume else {}
+    rows, failures, start, reused = [], [], time.perf_counter(), 0
     with open(csv_path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         writer.writeheader()
         for i, job in enumerate(jobs, 1):
             path = os.path.join(args.workdir, job.file_name)
+            rel = os.path.relpath(path, REPO_ROOT)
+            old = _reusable(previous.get(rel), job, path)
             t0, meter = time.perf_counter(), CpuMeter()
             try:
-                run = run_train(job.workers, job.flags, path, args.timeout)
+                run = read_run(path) if old else run_train(job.workers, job.flags, path, args.timeout)
             except RuntimeError as exc:
                 failures.append(f"{job.file_name}: {exc}")
                 print(f"[{i}/{len(jobs)}] FAILED {job.file_name}: {str(exc).splitlines()[0]}", flush=True)
                 continue
-            row = row_of(job, run, args.target, os.path.relpath(path, REPO_ROOT))
-            row.update(job_seconds=round(time.perf_counter() - t0, 1), others_cpu=round(meter.foreign_share(), 3))
+            row = row_of(job, run, args.target, rel)
+            if old:
+                reused += 1
+                row.update(job_seconds=float(old["job_seconds"]), others_cpu=float(old["others_cpu"]))
+            else:
+                row.update(job_seconds=round(time.perf_counter() - t0, 1), others_cpu=round(meter.foreign_share(), 3))
             rows.append(row)
             writer.writerow(row)
             fh.flush()
@@ -352,20 +396,23 @@ def main(argv=None) -> int:
                   f"{'' if job.theta is None else f' Θ={job.theta:g}'}: "
                   f"{'reached at step ' + str(row['steps_to_target']) if row['reached'] else 'not reached in ' + str(row['steps']) + ' steps'}, "
                   f"{row['syncs']} syncs, {(row['gb_to_target'] if row['reached'] else row['gb']):.4f} GB; "
-                  f"{row['job_seconds']:.0f} s, others used {row['others_cpu']:.0%} of the machine "
-                  f"(total {time.perf_counter() - start:.0f} s)", flush=True)
+                  f"{row['job_seconds']:.0f} s, others used {row['others_cpu']:.0%} of the machine"
+                  f"{' (reused from an earlier sweep)' if old else ''} (total {time.perf_counter() - start:.0f} s)", flush=True)
     if not rows:
         print("\n".join(failures), file=sys.stderr)
         return 1
     total = time.perf_counter() - start
     # Our jobs fill both cores, so the share others took is roughly the share of time we lost.
     idle_estimate = sum(r["job_seconds"] * (1 - min(r["others_cpu"], 0.95)) for r in rows)
+    job_total = sum(r["job_seconds"] for r in rows)
     print(f"\n{args.model} on {args.dataset}, target {args.target:g}, cap {args.max_epochs:g} epochs, "
-          f"eval every {args.eval_every} steps; {len(rows)} runs in {total:.0f} s, others used "
+          f"eval every {args.eval_every} steps; {len(rows)} runs, {job_total:.0f} s of jobs ({total:.0f} s this call), others used "
           f"{sum(r['others_cpu'] * r['job_seconds'] for r in rows) / max(1e-9, sum(r['job_seconds'] for r in rows)):.0%} "
-          f"of the machine meanwhile (about {idle_estimate:.0f} s on an idle machine)")
+          f"of the machine meanwhile (about {idle_estimate:.0f} s on an idle machine)"
+          f"{f'; {reused} runs reused from an earlier sweep (--resume)' if reused else ''}")
     run_table(rows)
-    print("\nPer (partition, K): GB and steps to target, medians over Θ and seeds of the runs that reached it")
+    print("\nPer (partition, K): GB and steps to target, medians over Θ and seeds of the runs that reached it\n"
+          "(> and <: Synchronous missed the target; its cost at the cap is a lower bound)")
     print_table(["partition", "K", "strategy", "reached", "GB (median)", "sync GB", "sync GB / GB", "steps (median)",
                  "sync steps", "steps / sync"], summary_table(rows))
     plot(rows, png_path, args.target, f"{args.model} / {args.dataset}")

@@ -141,8 +141,9 @@ def test_every_rank_takes_the_same_decisions(comm, tmp_path, fda, theta):
 
 @pytest.mark.slow
 def test_same_decisions_on_four_ranks():
-    proc = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi",
-                       "tests/test_fda.py", "-k", "same_decisions"], ranks=4, timeout=600)
+    # -m distributed keeps this test itself out of the ranks' selection (no recursion).
+    proc = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi", "-m", "distributed",
+                       "tests/test_fda.py", "-k", "every_rank_takes_the_same_decisions"], ranks=4, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.stdout.count("2 passed") == 4
 
