@@ -4,7 +4,7 @@ Measures, for flat float32 buffers of d = 62 K, 2.6 M and 11.2 M values (LeNet-5
 ResNet-18) on K ranks (default 4):
 
 - ``raw``:  ``comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM)`` on a NumPy array, the floor;
-- ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on a ``torch.empty`` buffer, as
+- ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on a ``flat_buffer``, as
   ``FlatParams.w`` is allocated (what ``MeanRule`` does at every model sync): the sum plus
   a ``w *= 1/K`` pass; mean/raw is the headline ratio;
 - ``sum``:  ``allreduce_sum_(w, "sync")`` on the same tensor: no 1/K pass;
@@ -66,7 +66,9 @@ def bench_one(mpi_comm, comm, dim: int, repeats: int, warmup: int):
     k, rank = mpi_comm.Get_size(), mpi_comm.Get_rank()
     src = np.random.default_rng(rank).standard_normal(dim).astype(np.float32)
     raw = np.empty_like(src)
-    w = torch.empty(dim, dtype=torch.float32)  # what FlatParams.w is: one flat float32 tensor
+    from fdahpc.params import flat_buffer
+
+    w = flat_buffer(dim)  # exactly how FlatParams.w is allocated
     w_np = w.numpy()
     w_np_backed = torch.from_numpy(np.empty(dim, dtype=np.float32))
     inv_k = 1.0 / k

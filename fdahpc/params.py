@@ -6,10 +6,23 @@ calls), and the strategies do their math on a flat vector ``w``.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["FlatParams"]
+__all__ = ["FlatParams", "flat_buffer"]
+
+
+def flat_buffer(dim: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """An uninitialized float32 vector for parameters that MPI will reduce.
+
+    On the CPU it is allocated through NumPy, which asks Linux for transparent huge pages
+    on large arrays (``torch.empty`` does not): MPI's reductions then run about 1.3x
+    faster on a multi-million-parameter buffer (benchmarks/allreduce_overhead.py).
+    """
+    if torch.device(device).type == "cpu":
+        return torch.from_numpy(np.empty(dim, dtype=np.float32))
+    return torch.empty(dim, dtype=torch.float32, device=device)
 
 
 class FlatParams:
@@ -26,7 +39,7 @@ class FlatParams:
             raise ValueError("model has no trainable parameters: nothing to synchronize")
         device = params[0].device
         self.dim = sum(p.numel() for p in params)
-        self.w = torch.empty(self.dim, dtype=torch.float32, device=device)
+        self.w = flat_buffer(self.dim, device)
         offset = 0
         for p in params:
             n = p.numel()
