@@ -4,16 +4,16 @@ Measures, for flat float32 buffers of d = 62 K, 2.6 M and 11.2 M values (LeNet-5
 ResNet-18) on K ranks (default 4):
 
 - ``raw``:  ``comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM)`` on a NumPy array, the floor;
-- ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on a ``flat_buffer``, as
-  ``FlatParams.w`` is allocated (what ``MeanRule`` does at every model sync): the sum plus
-  a ``w *= 1/K`` pass; mean/raw is the headline ratio;
-- ``sum``:  ``allreduce_sum_(w, "sync")`` on the same tensor: no 1/K pass;
-- ``raw@torch``: the raw Allreduce on that tensor's NumPy view: no fdahpc code at all, so
-  raw@torch/raw is what the buffer's memory costs (NumPy asks Linux for transparent huge
-  pages on arrays >= 4 MB, ``torch.empty`` does not unless ``THP_MEM_ALLOC_ENABLE=1``);
+- ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on ``fdahpc.params.flat_buffer(d)``,
+  exactly how ``FlatParams.w`` is allocated (what ``MeanRule`` does at every model sync):
+  the sum plus a ``w *= 1/K`` pass; mean/raw is the headline ratio;
+- ``sum``:  ``allreduce_sum_(w, "sync")`` on the same tensor: fdahpc's wrapper, no 1/K pass;
 - ``scale``: the ``w *= 1/K`` pass alone, no communication;
-- ``mean@np``: ``allreduce_mean_`` on ``torch.from_numpy(np.empty(d))``, a candidate fix
-  (allocate the flat buffer through NumPy).
+- ``raw@torch.empty``: the raw Allreduce on a ``torch.empty`` tensor's NumPy view, how
+  FlatParams allocated before it went through NumPy (NumPy asks Linux for transparent huge
+  pages on arrays >= 4 MB, ``torch.empty`` does not unless ``THP_MEM_ALLOC_ENABLE=1``);
+- ``rs+ag``: a candidate for the 1/K pass, raw mpi4py on the flat buffer: Reduce_scatter,
+  scale only this rank's d/K slice, Allgatherv.
 
 Every repeat runs each variant once, in a rotated order (so no variant always follows the
 same one), each after a Barrier and after restoring the buffer's contents (untimed, so
@@ -39,7 +39,7 @@ import time
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
 from _common import CpuMeter, launched_by_mpi, median, mpiexec, print_table, wait_for_quiet
 
-VARIANTS = ("raw", "mean", "sum", "raw@torch", "scale", "mean@np")
+VARIANTS = ("raw", "mean", "sum", "scale", "raw@torch.empty", "rs+ag")
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -70,25 +70,33 @@ def bench_one(mpi_comm, comm, dim: int, repeats: int, warmup: int):
 
     w = flat_buffer(dim)  # exactly how FlatParams.w is allocated
     w_np = w.numpy()
-    w_np_backed = torch.from_numpy(np.empty(dim, dtype=np.float32))
+    plain = torch.empty(dim, dtype=torch.float32).numpy()
+    counts = [dim // k + (1 if r < dim % k else 0) for r in range(k)]
+    displs = [sum(counts[:r]) for r in range(k)]
+    part = np.empty(counts[rank], dtype=np.float32)
     inv_k = 1.0 / k
 
     def scale():
         w.mul_(inv_k)  # the same pass allreduce_mean_ makes (``buf *= 1/K``)
 
+    def rs_ag():
+        mpi_comm.Reduce_scatter(w_np, part, recvcounts=counts, op=MPI.SUM)
+        np.multiply(part, np.float32(inv_k), out=part)
+        mpi_comm.Allgatherv(part, [w_np, counts, displs, MPI.FLOAT])
+
     calls = {
         "raw": (raw, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)),
         "mean": (w_np, lambda: comm.allreduce_mean_(w, "sync")),
         "sum": (w_np, lambda: comm.allreduce_sum_(w, "sync")),
-        "raw@torch": (w_np, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, w_np, op=MPI.SUM)),
         "scale": (w_np, scale),
-        "mean@np": (w_np_backed.numpy(), lambda: comm.allreduce_mean_(w_np_backed, "sync")),
+        "raw@torch.empty": (plain, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, plain, op=MPI.SUM)),
+        "rs+ag": (w_np, rs_ag),
     }
     # The variants must compute the same thing before their times mean anything.
     np.copyto(raw, src)
     calls["raw"][1]()
     expected = raw / np.float32(k)
-    for name in ("mean", "mean@np"):
+    for name in ("mean", "rs+ag"):
         buf, fn = calls[name]
         np.copyto(buf, src)
         fn()
@@ -140,19 +148,19 @@ def worker(args) -> None:
             rows.append([
                 f"{dim:,}", f"{med['raw']:.3f}", f"{med['mean']:.3f}", f"{med['mean'] / med['raw']:.3f}",
                 f"{paired:.3f}", f"{np.percentile(t['raw'], 25) * 1e3:.2f}-{np.percentile(t['raw'], 75) * 1e3:.2f}",
-                f"{med['raw@torch'] / med['raw']:.3f}", f"{med['sum'] / med['raw@torch']:.3f}",
-                f"{med['mean'] / med['sum']:.3f}", f"{med['scale']:.3f}", f"{med['mean@np'] / med['raw']:.3f}",
-                f"{foreign:.0%}",
+                f"{med['sum'] / med['raw']:.3f}", f"{med['mean'] / med['sum']:.3f}", f"{med['scale']:.3f}",
+                f"{med['raw@torch.empty'] / med['raw']:.3f}", f"{med['rs+ag'] / med['raw']:.3f}", f"{foreign:.0%}",
             ])
     if comm.is_root:
         print(f"allreduce overhead: {comm.world_size} ranks, {args.repeats} repeats (5x for d < 1M; after {args.warmup} warm-up), "
               f"median of the slowest rank's time; mpi4py {__import__('mpi4py').__version__}, "
               f"{MPI.Get_library_version().splitlines()[0].strip()}")
-        print_table(["d", "raw ms", "fdahpc ms", "ratio", "paired", "raw IQR ms", "raw@torch/raw", "sum/raw@torch",
-                     "mean/sum", "scale ms", "mean@np/raw", "others' CPU"], rows)
+        print_table(["d", "raw ms", "fdahpc ms", "ratio", "paired", "raw IQR ms", "sum/raw", "mean/sum", "scale ms",
+                     "torch.empty/raw", "rs+ag/raw", "others' CPU"], rows)
         print("ratio = median fdahpc mean / median raw Allreduce (goal <= 1.10); paired = median of per-repeat ratios.\n"
-              "It factors as raw@torch/raw (the torch buffer's memory) x sum/raw@torch (fdahpc's wrapper)\n"
-              "x mean/sum (the 1/K pass, alone: scale ms). mean@np/raw: fdahpc's mean on a NumPy-allocated tensor.\n"
+              "ratio = sum/raw (fdahpc's wrapper) x mean/sum (the 1/K pass; alone: scale ms).\n"
+              "torch.empty/raw: the raw Allreduce on a torch.empty buffer (FlatParams' former allocation) / raw;\n"
+              "rs+ag/raw: Reduce_scatter + scale own slice + Allgatherv on the flat buffer / raw (a 1/K-pass candidate).\n"
               "others' CPU: share of the machine that other processes used meanwhile (noise indicator).\n"
               f"transparent huge pages: {_thp_mode()}; THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
 
