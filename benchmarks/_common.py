@@ -22,8 +22,8 @@ try:
 except ImportError:  # a plain checkout: import the package from the repository root
     sys.path.insert(0, REPO_ROOT)
 
-__all__ = ["REPO_ROOT", "CpuMeter", "child_env", "launched_by_mpi", "median", "mpiexec", "print_table", "read_run",
-           "run_train", "wait_for_quiet"]
+__all__ = ["REPO_ROOT", "CpuMeter", "child_env", "launched_by_mpi", "median", "mpiexec", "print_report", "print_table",
+           "read_run", "run_train", "wait_for_quiet"]
 
 
 def launched_by_mpi() -> bool:
@@ -102,6 +102,13 @@ def print_table(header: list[str], rows: list[list], file=None) -> None:
     for r in cells[1:]:
         print(line(r), file=file)
     sys.stdout.flush()
+
+
+def print_report(title: str, header: list[str], rows: list[list], legend: str) -> None:
+    """A benchmark's result: a title line, the table, then the legend explaining its columns."""
+    print(title)
+    print_table(header, rows)
+    print(legend, flush=True)
 
 
 # Noise on a shared machine ------------------------------------------------------------

@@ -37,7 +37,7 @@ import sys
 import time
 
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
-from _common import CpuMeter, launched_by_mpi, median, mpiexec, print_table, wait_for_quiet
+from _common import CpuMeter, launched_by_mpi, median, mpiexec, print_report, wait_for_quiet
 
 VARIANTS = ("raw", "mean", "sum", "scale", "raw@torch.empty", "rs+ag")
 
@@ -152,17 +152,19 @@ def worker(args) -> None:
                 f"{med['raw@torch.empty'] / med['raw']:.3f}", f"{med['rs+ag'] / med['raw']:.3f}", f"{foreign:.0%}",
             ])
     if comm.is_root:
-        print(f"allreduce overhead: {comm.world_size} ranks, {args.repeats} repeats (5x for d < 1M; after {args.warmup} warm-up), "
-              f"median of the slowest rank's time; mpi4py {__import__('mpi4py').__version__}, "
-              f"{MPI.Get_library_version().splitlines()[0].strip()}")
-        print_table(["d", "raw ms", "fdahpc ms", "ratio", "paired", "raw IQR ms", "sum/raw", "mean/sum", "scale ms",
-                     "torch.empty/raw", "rs+ag/raw", "others' CPU"], rows)
-        print("ratio = median fdahpc mean / median raw Allreduce (goal <= 1.10); paired = median of per-repeat ratios.\n"
-              "ratio = sum/raw (fdahpc's wrapper) x mean/sum (the 1/K pass; alone: scale ms).\n"
-              "torch.empty/raw: the raw Allreduce on a torch.empty buffer (FlatParams' former allocation) / raw;\n"
-              "rs+ag/raw: Reduce_scatter + scale own slice + Allgatherv on the flat buffer / raw (a 1/K-pass candidate).\n"
-              "others' CPU: share of the machine that other processes used meanwhile (noise indicator).\n"
-              f"transparent huge pages: {_thp_mode()}; THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
+        print_report(
+            f"allreduce overhead: {comm.world_size} ranks, {args.repeats} repeats (5x for d < 1M; after {args.warmup} "
+            f"warm-up), median of the slowest rank's time; mpi4py {__import__('mpi4py').__version__}, "
+            f"{MPI.Get_library_version().splitlines()[0].strip()}",
+            ["d", "raw ms", "fdahpc ms", "ratio", "paired", "raw IQR ms", "sum/raw", "mean/sum", "scale ms",
+             "torch.empty/raw", "rs+ag/raw", "others' CPU"], rows,
+            "ratio = median fdahpc mean / median raw Allreduce (goal <= 1.10); paired = median of per-repeat ratios.\n"
+            "ratio = sum/raw (fdahpc's wrapper) x mean/sum (the 1/K pass; alone: scale ms).\n"
+            "torch.empty/raw: the raw Allreduce on a torch.empty buffer (FlatParams' former allocation) / raw;\n"
+            "rs+ag/raw: Reduce_scatter + scale own slice + Allgatherv on the flat buffer / raw (a 1/K-pass candidate).\n"
+            "others' CPU: share of the machine that other processes used meanwhile (noise indicator).\n"
+            f"transparent huge pages: {_thp_mode()}; "
+            f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
 
 
 def _thp_mode() -> str:

@@ -49,7 +49,7 @@ import sys
 import tempfile
 
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
-from _common import CpuMeter, median, print_table, run_train, wait_for_quiet
+from _common import CpuMeter, median, print_report, run_train, wait_for_quiet
 
 # name -> flags; "baseline" must be first
 STRATEGIES = {
@@ -120,16 +120,17 @@ def main(argv=None) -> int:
                     redone += not last
                     dropped += last
         rows += _rows(ranks, names, kept)
-    print(f"\nFDA monitoring overhead: {args.model}, {args.dataset}, {args.max_steps} steps per run, "
-          f"{args.repeats} repeats, per-step = (wall - eval) / steps; {redone} disturbed runs redone, {dropped} dropped "
-          f"(others' CPU > {args.max_foreign:.0%}); run files in {workdir}")
-    print_table(["ranks", "strategy", "runs", "ms/step (median)", "range", "ratio", "paired", "min/min", "all-ranks ratio",
-                 "others' CPU", "syncs", "goal"], rows)
-    print("ratio = median / median of the baseline; paired = median over repeats of run / same-repeat baseline;\n"
-          "min/min = fastest run / fastest baseline run; all-ranks ratio: the ratio of medians of\n"
-          "(wall - least eval time seen at this rank count) / steps, see the docstring; others' CPU = median share of\n"
-          "the machine other processes used during the kept runs; goal verdict: met if ratio and paired are within\n"
-          "the goal, missed if both exceed it.")
+    print_report(
+        f"\nFDA monitoring overhead: {args.model}, {args.dataset}, {args.max_steps} steps per run, {args.repeats} "
+        f"repeats, per-step = (wall - eval) / steps; {redone} disturbed runs redone, {dropped} dropped "
+        f"(others' CPU > {args.max_foreign:.0%}); run files in {workdir}",
+        ["ranks", "strategy", "runs", "ms/step (median)", "range", "ratio", "paired", "min/min", "all-ranks ratio",
+         "others' CPU", "syncs", "goal"], rows,
+        "ratio = median / median of the baseline; paired = median over repeats of run / same-repeat baseline;\n"
+        "min/min = fastest run / fastest baseline run; all-ranks ratio: the ratio of medians of\n"
+        "(wall - least eval time seen at this rank count) / steps, see the docstring; others' CPU = median share of\n"
+        "the machine other processes used during the kept runs; goal verdict: met if ratio and paired are within\n"
+        "the goal, missed if both exceed it.")
     return 0 if all(r[2] for r in rows) else 1
 
 

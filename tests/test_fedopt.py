@@ -142,6 +142,15 @@ def test_any_trigger_drives_any_rule():
     assert isinstance(strat.trigger, SketchFDATrigger) and isinstance(strat.rule, ServerOptRule)
 
 
+def test_sketch_trigger_and_sketched_fedadp_share_one_hash_table():
+    strat = make(LocalCommunicator(), "fedadp", sync="sketch", theta=0.5, fedadp_angles="sketch", sketch_cols=50)
+    assert strat.trigger.sketcher is strat.rule.sketch
+    assert strat.trigger.state_bytes == 4 + 4 * 5 * 50
+    other = make(LocalCommunicator(), "sketchfda", sketch_cols=50)  # a run builds its own
+    assert other.trigger.sketcher is not strat.trigger.sketcher
+    np.testing.assert_array_equal(other.trigger.sketcher.codes, strat.rule.sketch.codes)
+
+
 def test_presets_choose_the_papers_local_optimizer():
     from fdahpc.strategies import local_optimizer
 

@@ -31,33 +31,43 @@ def periodic_tau(cfg, steps_per_epoch: int) -> int:
     return max(1, round(cfg.local_epochs * steps_per_epoch))
 
 
-def _sketch(cfg, dim: int):
-    from ..sketch import AmsSketch
+class _SharedSketch:
+    """The run's one AMS sketcher, built on first use: the SketchFDA trigger and sketched
+    FedAdp angles hash with the same table (2·l·d bytes), so one run holds it once."""
 
-    return AmsSketch(dim, rows=cfg.sketch_rows, cols=cfg.sketch_cols, seed=cfg.seed)
+    def __init__(self, cfg, dim: int) -> None:
+        self.cfg, self.dim, self._sketch = cfg, dim, None
+
+    def __call__(self):
+        if self._sketch is None:
+            from ..sketch import AmsSketch
+
+            cfg = self.cfg
+            self._sketch = AmsSketch(self.dim, rows=cfg.sketch_rows, cols=cfg.sketch_cols, seed=cfg.seed)
+        return self._sketch
 
 
-# name -> builder(cfg, comm, dim, steps_per_epoch)
+# name -> builder(cfg, comm, dim, steps_per_epoch, sketch)
 _TRIGGERS: dict[str, Callable[..., Trigger]] = {
-    "every": lambda cfg, comm, dim, spe: PeriodicTrigger(1),
-    "periodic": lambda cfg, comm, dim, spe: PeriodicTrigger(periodic_tau(cfg, spe)),
-    "linear": lambda cfg, comm, dim, spe: LinearFDATrigger(
+    "every": lambda cfg, comm, dim, spe, sketch: PeriodicTrigger(1),
+    "periodic": lambda cfg, comm, dim, spe, sketch: PeriodicTrigger(periodic_tau(cfg, spe)),
+    "linear": lambda cfg, comm, dim, spe, sketch: LinearFDATrigger(
         comm, dim, cfg.theta, seed=cfg.seed, log_every=cfg.fda_log_every, log_variance=cfg.log_variance),
-    "sketch": lambda cfg, comm, dim, spe: SketchFDATrigger(
-        comm, dim, cfg.theta, rows=cfg.sketch_rows, cols=cfg.sketch_cols, eps=cfg.sketch_epsilon,
-        seed=cfg.seed, log_every=cfg.fda_log_every, log_variance=cfg.log_variance),
+    "sketch": lambda cfg, comm, dim, spe, sketch: SketchFDATrigger(
+        comm, dim, cfg.theta, sketcher=sketch(), eps=cfg.sketch_epsilon,
+        log_every=cfg.fda_log_every, log_variance=cfg.log_variance),
 }
-# name -> builder(cfg, comm, dim, participation, num_samples)
+# name -> builder(cfg, comm, dim, participation, num_samples, sketch)
 _RULES: dict[str, Callable[..., Rule]] = {
-    "mean": lambda cfg, comm, dim, part, n: MeanRule(comm, part),
-    "fedavgm": lambda cfg, comm, dim, part, n: ServerOptRule(
+    "mean": lambda cfg, comm, dim, part, n, sketch: MeanRule(comm, part),
+    "fedavgm": lambda cfg, comm, dim, part, n, sketch: ServerOptRule(
         comm, part, FedAvgM(dim, eta_s=cfg.server_lr or 0.316, beta=cfg.server_momentum)),
-    "fedadam": lambda cfg, comm, dim, part, n: ServerOptRule(
+    "fedadam": lambda cfg, comm, dim, part, n, sketch: ServerOptRule(
         comm, part, FedAdam(dim, eta_s=cfg.server_lr or 1e-3, beta_1=cfg.server_beta_pair[0],
                             beta_2=cfg.server_beta_pair[1], tau=cfg.server_tau)),
-    "fedadp": lambda cfg, comm, dim, part, n: FedAdpRule(
+    "fedadp": lambda cfg, comm, dim, part, n, sketch: FedAdpRule(
         comm, part, n, alpha=cfg.fedadp_alpha, angles=cfg.fedadp_angles,
-        sketch=_sketch(cfg, dim) if cfg.fedadp_angles == "sketch" else None),
+        sketch=sketch() if cfg.fedadp_angles == "sketch" else None),
 }
 
 
@@ -108,6 +118,7 @@ def build_strategy(cfg, comm: Communicator, w: torch.Tensor, steps_per_epoch: in
     participation = Participation(comm.rank, comm.world_size, cfg.clients_per_round, cfg.seed)
     if participation.sampling and trigger_name in ("linear", "sketch"):
         raise ValueError("--clients-per-round: client sampling needs round-based syncing; drop it or use --sync periodic")
-    trigger = _TRIGGERS[trigger_name](cfg, comm, w.numel(), steps_per_epoch)
-    rule = _RULES[preset.rule](cfg, comm, w.numel(), participation, num_samples)
+    sketch = _SharedSketch(cfg, w.numel())
+    trigger = _TRIGGERS[trigger_name](cfg, comm, w.numel(), steps_per_epoch, sketch)
+    rule = _RULES[preset.rule](cfg, comm, w.numel(), participation, num_samples, sketch)
     return Synchronizer(cfg.strategy, comm, w, trigger, rule, participation)

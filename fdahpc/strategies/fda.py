@@ -134,10 +134,17 @@ class SketchFDATrigger(_FDATrigger):
     """4 + 4·l·m bytes per step: the squared drift and an AMS sketch of the drift."""
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, rows: int = 5, cols: int = 250,
-                 eps: float | None = None, seed: int = 0, **kw) -> None:
+                 eps: float | None = None, seed: int = 0, sketcher: AmsSketch | None = None, **kw) -> None:
+        """``sketcher``: an existing AmsSketch of dimension ``dim`` to share (its rows and
+        columns then win over ``rows``/``cols``/``seed``); else one is built from those."""
+        if sketcher is None:
+            sketcher = AmsSketch(dim, rows=rows, cols=cols, seed=seed)
+        elif sketcher.dim != dim:
+            raise ValueError(f"SketchFDATrigger: the sketcher hashes {sketcher.dim} coordinates, the model has {dim}")
+        rows, cols = sketcher.rows, sketcher.cols
         super().__init__(comm, dim, theta, state_len=1 + rows * cols, **kw)
         self.eps = 1.0 / np.sqrt(cols) if eps is None else float(eps)
-        self.sketcher = AmsSketch(dim, rows=rows, cols=cols, seed=seed)
+        self.sketcher = sketcher
         self._sk = np.empty((rows, cols), dtype=np.float64)
 
     def _fill_state(self, u: torch.Tensor, out: np.ndarray) -> None:
