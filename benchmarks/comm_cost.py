@@ -93,8 +93,15 @@ class Entry:
         return self.trigger in FDA_TRIGGERS and not self.fixed_theta
 
     @property
-    def label(self) -> str:
+    def family(self) -> str:
+        """Strategy and trigger, e.g. ``fedadam+linear``: what a baseline is named by."""
         return self.name + (f"+{self.sync}" if self.sync else "")
+
+    @property
+    def label(self) -> str:
+        """The family plus the entry's own flags but Θ, e.g. ``fedadam:server-lr=0.01``."""
+        opts = [o for o in self.text.split(":")[1:] if o.strip().lstrip("-").partition("=")[0] != "theta"]
+        return ":".join([self.family, *opts])
 
 
 def parse_entry(text: str) -> Entry:
@@ -139,6 +146,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--max-epochs", type=float, help=f"cap per run, in epochs (default {DEFAULTS['max_epochs']})")
     p.add_argument("--seeds", help=f"comma-separated run seeds (default {DEFAULTS['seeds']})")
     p.add_argument("--eval-every", type=int, help=f"evaluate every N steps (default {DEFAULTS['eval_every']})")
+    p.add_argument("--baselines", default="synchronous,fedadam,fedavgm",
+                   help="strategy families (NAME or NAME+SYNC) to compare the others against, one table each")
     p.add_argument("--dataset", default="fashion-mnist", help="dataset flag of fdahpc.train (default fashion-mnist)")
     p.add_argument("--model", default="lenet5", help="model flag of fdahpc.train (default lenet5)")
     p.add_argument("--extra", default="", help="more fdahpc.train flags for every run, one quoted string")
@@ -160,6 +169,7 @@ def parse(argv=None) -> argparse.Namespace:
         args.partitions = [x.strip() for x in args.partitions.split(",") if x.strip()]
         args.skip = {x.strip() for x in args.skip.split(",") if x.strip()}
         args.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        args.baselines = [x.strip() for x in args.baselines.split(",") if x.strip()]
     except ValueError as exc:
         p.error(str(exc))
     if not (0 < args.target <= 1) or args.max_epochs <= 0 or args.eval_every < 1:
@@ -226,7 +236,7 @@ def validate(jobs: list[Job]) -> None:
             raise SystemExit(f"comm_cost: entry {job.entry.text!r}: {exc}") from None
 
 
-CSV_FIELDS = ["partition", "workers", "strategy", "entry", "theta", "seed", "reached", "steps_to_target",
+CSV_FIELDS = ["partition", "workers", "strategy", "family", "entry", "theta", "seed", "reached", "steps_to_target",
               "gb_to_target", "steps", "syncs", "gb", "final_accuracy", "target", "steps_per_epoch",
               "wall_seconds", "eval_seconds", "job_seconds", "others_cpu", "state_bytes", "params", "run_file"]
 
@@ -234,7 +244,8 @@ CSV_FIELDS = ["partition", "workers", "strategy", "entry", "theta", "seed", "rea
 def row_of(job: Job, run: dict, target: float, path: str) -> dict:
     reached = run["steps_to_target"] > 0
     return dict(
-        partition=job.partition, workers=job.workers, strategy=job.entry.label, entry=job.entry.text,
+        partition=job.partition, workers=job.workers, strategy=job.entry.label, family=job.entry.family,
+        entry=job.entry.text,
         theta="" if job.theta is None else job.theta, seed=job.seed, reached=reached,
         steps_to_target=run["steps_to_target"] if reached else "", gb_to_target=run["comm_bytes_to_target"] / 1e9 if reached else "",
         steps=run["steps"], syncs=run["syncs"], gb=run["comm_bytes"] / 1e9, final_accuracy=run["final_accuracy"],
@@ -260,41 +271,44 @@ def run_table(rows: list[dict]) -> None:
                  "last acc", "job s", "others' CPU"], table)
 
 
-def summary_table(rows: list[dict]) -> list[list]:
-    """Per (partition, K): every non-synchronous strategy against Synchronous, medians over Θ and seeds.
+def summary_table(rows: list[dict], baseline: str = "synchronous") -> list[list]:
+    """Per (partition, K): every other strategy against the ``baseline`` family.
 
-    When Synchronous missed the target, what it spent by the cap is a lower bound on its
-    cost, so its figures and the ratios are shown as bounds (``>``).
+    The baseline's cost is that of its cheapest configuration that reached the target (a
+    tuned baseline; with one configuration, simply its run). When none reached it, what
+    the cheapest spent by the cap is a lower bound on its cost, so its figures and the
+    ratios are shown as bounds (``>``). Other strategies: medians over Θ and seeds of the
+    runs that reached the target; "FDA" pools every Θ of both FDA presets.
     """
     out = []
     for key in dict.fromkeys((r["partition"], r["workers"]) for r in rows):
         group = [r for r in rows if (r["partition"], r["workers"]) == key]
-        sync_all = [r for r in group if r["strategy"] == "synchronous"]
-        sync = [r for r in sync_all if r["reached"]]
-        bound = not sync and bool(sync_all)
-        if sync:
-            sync_gb, sync_steps = median(r["gb_to_target"] for r in sync), median(r["steps_to_target"] for r in sync)
-        else:  # nan when there is no synchronous run at all
-            sync_gb, sync_steps = median(r["gb"] for r in sync_all), median(r["steps"] for r in sync_all)
+        base_all = [r for r in group if r["family"] == baseline]
+        if not base_all:
+            continue
+        base_ok = [r for r in base_all if r["reached"]]
+        bound = not base_ok
+        best = (min(base_ok, key=lambda r: r["gb_to_target"]) if base_ok
+                else min(base_all, key=lambda r: r["gb"]))
+        base_gb, base_steps = (best["gb_to_target"], best["steps_to_target"]) if base_ok else (best["gb"], best["steps"])
         gt = ">" if bound else ""
-        labels = list(dict.fromkeys(r["strategy"] for r in group if r["strategy"] != "synchronous"))
-        fda = [r for r in group if r["theta"] != ""]
+        labels = list(dict.fromkeys(r["strategy"] for r in group if r["family"] != baseline))
+        fda = [r for r in group if r["family"] in FDA_PRESETS]
         sets = [(lab, [r for r in group if r["strategy"] == lab]) for lab in labels]
-        if len({r["strategy"] for r in fda}) > 1:
+        if len({r["family"] for r in fda}) > 1:
             sets.append(("FDA (every Θ and trigger)", fda))
         for lab, runs in sets:
             ok = [r for r in runs if r["reached"]]
             gb = median(r["gb_to_target"] for r in ok)
             steps = median(r["steps_to_target"] for r in ok)
-            have = bool(ok) and bool(sync_all)
             out.append([key[0], key[1], lab, f"{len(ok)}/{len(runs)}", fmt_gb(gb) if ok else "-",
-                        gt + fmt_gb(sync_gb) if sync_all else "-", f"{gt}{sync_gb / gb:.1f}x" if have else "-",
-                        f"{steps:.0f}" if ok else "-", f"{gt}{sync_steps:.0f}" if sync_all else "-",
-                        ("<" if bound else "") + f"{steps / sync_steps:.2f}" if have else "-"])
+                        best["strategy"], gt + fmt_gb(base_gb), f"{gt}{base_gb / gb:.1f}x" if ok else "-",
+                        f"{steps:.0f}" if ok else "-", f"{gt}{base_steps:.0f}",
+                        ("<" if bound else "") + f"{steps / base_steps:.2f}" if ok else "-"])
     return out
 
 
-MARKERS = {"synchronous": ("s", "black"), "fedavg": ("D", "tab:gray"), "linearfda": ("o", "tab:blue"),
+MARKERS = {"synchronous": ("s", "black"), "fedavg:local-epochs=1": ("D", "tab:gray"), "linearfda": ("o", "tab:blue"),
            "sketchfda": ("^", "tab:orange")}
 SPARE = [("v", "tab:green"), ("P", "tab:red"), ("X", "tab:purple"), ("*", "tab:brown"), ("h", "tab:pink"),
          ("<", "tab:olive"), (">", "tab:cyan")]
@@ -423,10 +437,15 @@ def main(argv=None) -> int:
           f"of the machine meanwhile (about {idle_estimate:.0f} s on an idle machine)"
           f"{f'; {reused} runs reused from an earlier sweep (--resume)' if reused else ''}")
     run_table(rows)
-    print("\nPer (partition, K): GB and steps to target, medians over Θ and seeds of the runs that reached it\n"
-          "(> and <: Synchronous missed the target; its cost at the cap is a lower bound)")
-    print_table(["partition", "K", "strategy", "reached", "GB (median)", "sync GB", "sync GB / GB", "steps (median)",
-                 "sync steps", "steps / sync"], summary_table(rows))
+    for baseline in args.baselines:
+        table = summary_table(rows, baseline)
+        if not table:
+            continue
+        print(f"\nAgainst {baseline}, per (partition, K): GB and steps to target, medians over Θ and seeds of the runs\n"
+              f"that reached it; {baseline}: its cheapest configuration that reached it (> and <: none did; its cost at\n"
+              f"the cap is a lower bound)")
+        print_table(["partition", "K", "strategy", "reached", "GB (median)", "baseline", "base GB", "base GB / GB",
+                     "steps (median)", "base steps", "steps / base"], table)
     plot(rows, png_path, args.target, f"{args.model} / {args.dataset}")
     print(f"\nrows: {csv_path}\nplot: {png_path}")
     if failures:

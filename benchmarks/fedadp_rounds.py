@@ -30,9 +30,14 @@ METHODS = {
 }
 
 
-def rounds_to_target(run: dict, tau: int, target: float) -> int | None:
+def round_length(run: dict, tau: int | None, local_epochs: float) -> int:
+    """Local steps per round: ``--tau``, else ``--local-epochs`` of the run's epoch."""
+    return tau if tau is not None else max(1, round(local_epochs * int(run["steps_per_epoch"])))
+
+
+def rounds_to_target(run: dict, round_steps: int) -> int | None:
     steps = run.get("steps_to_target", -1)
-    return None if steps < 0 else int(steps) // tau
+    return None if steps < 0 else -(-int(steps) // round_steps)
 
 
 def main() -> None:
@@ -42,18 +47,24 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=10)
     p.add_argument("--partition", default="mix:5*iid+5*classes:2")
     p.add_argument("--model", default="cnn")
-    p.add_argument("--tau", type=int, default=50, help="local steps per round")
+    p.add_argument("--tau", type=int, default=100, help="local steps per round (0: use --local-epochs)")
+    p.add_argument("--local-epochs", type=float, default=1.0, help="local epochs per round when --tau 0")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--target", type=float, default=0.80)
-    p.add_argument("--max-rounds", type=int, default=30)
+    p.add_argument("--max-rounds", type=int, default=20)
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args()
+    args.tau = args.tau or None
 
     common = ["--model", args.model, "--dataset", "fashion-mnist", "--partition", args.partition,
               "--optimizer", "sgd", "--lr", str(args.lr), "--batch-size", str(args.batch_size),
-              "--tau", str(args.tau), "--eval-every", str(args.tau), "--epochs", "1000",
-              "--max-steps", str(args.tau * args.max_rounds), "--target-accuracy", str(args.target)]
+              "--target-accuracy", str(args.target)]
+    if args.tau is not None:  # evaluated at every round's end (and at epoch ends, which do not change rounds)
+        common += ["--tau", str(args.tau), "--eval-every", str(args.tau), "--epochs", "1000",
+                   "--max-steps", str(args.tau * args.max_rounds)]
+    else:  # rounds end with epochs, where fdahpc.train always evaluates
+        common += ["--local-epochs", str(args.local_epochs), "--epochs", str(args.local_epochs * args.max_rounds)]
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
     rounds: dict[str, list[int]] = {m: [] for m in methods}
@@ -63,14 +74,16 @@ def main() -> None:
             for m in methods:
                 out = os.path.join(tmp, f"{m}-{seed}.h5")
                 run = run_train(args.workers, METHODS[m] + common + ["--seed", str(seed)], out, args.timeout)
-                r = rounds_to_target(run, args.tau, args.target)
+                round_steps = round_length(run, args.tau, args.local_epochs)
+                r = rounds_to_target(run, round_steps)
                 rounds[m].append(args.max_rounds if r is None else r)
                 rows.append([m, seed, "> %d" % args.max_rounds if r is None else r,
                              f"{run['final_accuracy']:.4f}", f"{run['comm_bytes'] / 1e9:.3f}",
                              f"{run['wall_seconds']:.0f}"])
                 print(f"  {m} seed {seed}: {rows[-1][2]} rounds", flush=True)
+    length = f"{args.tau} local steps" if args.tau is not None else f"{args.local_epochs:g} local epochs ({round_steps} steps)"
     print(f"\nFashionMNIST, {args.model}, K={args.workers}, {args.partition}, SGD lr {args.lr}, "
-          f"batch {args.batch_size}, {args.tau} local steps a round, target {args.target}")
+          f"batch {args.batch_size}, {length} a round, target {args.target}")
     print_table(["method", "seed", "rounds", "final acc", "GB", "wall s"], rows)
     base = np.mean(rounds["fedavg"]) if "fedavg" in rounds else None
     summary = []

@@ -1,0 +1,55 @@
+"""The benchmarks' own bookkeeping: entry parsing and the tables that state their goals."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
+import comm_cost  # noqa: E402
+import fedadp_rounds  # noqa: E402
+
+
+def test_entries_keep_their_flags_in_the_label_but_not_theta():
+    e = comm_cost.parse_entry("fedadam+linear:theta=0.05:server-lr=0.01")
+    assert (e.family, e.label, e.fixed_theta, e.sweeps_theta) == (
+        "fedadam+linear", "fedadam+linear:server-lr=0.01", True, False)
+    assert e.flags == ("--theta", "0.05", "--server-lr", "0.01")
+    assert comm_cost.parse_entry("sketchfda").sweeps_theta
+    with pytest.raises(ValueError, match="empty strategy name"):
+        comm_cost.parse_entry("+sketch")
+
+
+def _row(strategy, gb=None, steps=None, spent=1.0, theta=""):
+    family = strategy.split(":")[0]
+    reached = gb is not None
+    return dict(partition="iid", workers=4, strategy=strategy, family=family, theta=theta, reached=reached,
+                gb_to_target=gb if reached else "", steps_to_target=steps if reached else "", gb=spent, steps=5000)
+
+
+def test_a_baseline_is_its_cheapest_configuration_that_reached_the_target():
+    rows = [_row("fedadam", spent=0.02), _row("fedadam:tau=100", gb=0.30, steps=4000),
+            _row("fedadam:tau=100:server-lr=0.01", gb=0.12, steps=3000),
+            _row("linearfda", gb=0.02, steps=1900, theta=1.0), _row("linearfda", gb=0.04, steps=1700, theta=2.0),
+            _row("sketchfda", gb=0.08, steps=1800, theta=1.0)]
+    table = {r[2]: r for r in comm_cost.summary_table(rows, "fedadam")}
+    assert set(table) == {"linearfda", "sketchfda", "FDA (every Θ and trigger)"}
+    lin = table["linearfda"]
+    assert lin[3:8] == ["2/2", "0.0300", "fedadam:tau=100:server-lr=0.01", "0.1200", "4.0x"]
+    assert table["FDA (every Θ and trigger)"][7] == "3.0x"  # median of 0.02, 0.04, 0.08
+    assert comm_cost.summary_table(rows, "synchronous") == []  # no such runs: no table
+
+
+def test_a_baseline_that_never_reached_the_target_gives_bounds():
+    rows = [_row("synchronous", spent=9.0), _row("linearfda", gb=0.09, steps=2000, theta=1.0)]
+    (row,) = comm_cost.summary_table(rows, "synchronous")
+    assert row[6:] == [">9.000", ">100.0x", "2000", ">5000", "<0.40"]
+
+
+def test_rounds_count_a_partial_round_as_one():
+    assert fedadp_rounds.rounds_to_target({"steps_to_target": 500}, 100) == 5
+    assert fedadp_rounds.rounds_to_target({"steps_to_target": 501}, 100) == 6
+    assert fedadp_rounds.rounds_to_target({"steps_to_target": -1}, 100) is None
+    assert fedadp_rounds.round_length({"steps_per_epoch": 187}, None, 1.0) == 187
+    assert fedadp_rounds.round_length({"steps_per_epoch": 187}, 50, 1.0) == 50
