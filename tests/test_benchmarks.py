@@ -3,6 +3,7 @@
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
@@ -47,9 +48,12 @@ def test_a_baseline_that_never_reached_the_target_gives_bounds():
     assert row[6:] == [">9.000", ">100.0x", "2000", ">5000", "<0.40"]
 
 
-def test_rounds_count_a_partial_round_as_one():
-    assert fedadp_rounds.rounds_to_target({"steps_to_target": 500}, 100) == 5
-    assert fedadp_rounds.rounds_to_target({"steps_to_target": 501}, 100) == 6
-    assert fedadp_rounds.rounds_to_target({"steps_to_target": -1}, 100) is None
-    assert fedadp_rounds.round_length({"steps_per_epoch": 187}, None, 1.0) == 187
-    assert fedadp_rounds.round_length({"steps_per_epoch": 187}, 50, 1.0) == 50
+def test_rounds_to_target_count_only_round_end_evaluations():
+    run = {"eval/step": np.array([94, 188, 282, 376]), "eval/accuracy": np.array([0.7, 0.81, 0.79, 0.82]),
+           "steps_to_target": 188, "steps_per_epoch": 188}
+    assert fedadp_rounds.rounds_to_target(run, 94, 0.80) == 2
+    assert fedadp_rounds.rounds_to_target(run, 188, 0.80) == 1
+    assert fedadp_rounds.rounds_to_target(run, 94, 0.9) is None
+    # 100-step rounds: the run stopped at the epoch-end evaluation, inside round 2
+    with pytest.raises(RuntimeError, match="divides the 188-step epoch"):
+        fedadp_rounds.rounds_to_target({**run, "eval/step": np.array([100, 188])}, 100, 0.80)
