@@ -15,6 +15,11 @@ cyclically), so the non-IID half is balanced as a group; see fdahpc/data/partiti
 
     python benchmarks/fedadp_rounds.py                     # 3 seeds, about 30 min on 2 cores
     python benchmarks/fedadp_rounds.py --seeds 0 --methods fedavg,fedadp   # a quicker look
+    python benchmarks/fedadp_rounds.py --methods fedavg,iid-only   # the most any weighting can win here
+
+``iid-only`` is FedAvg over the IID nodes alone: the rounds FedAdp would need if it gave
+the skewed nodes no weight at all, so ``1 - iid-only / fedavg`` bounds FedAdp's reduction
+in this setting.
 
 Prints one row per run, then per method the mean rounds to target and the reduction
 against FedAvg, then what sketched angles cost in the weights (round 1 compares exact
@@ -34,6 +39,10 @@ METHODS = {
     "fedavg": ["--strategy", "fedavg"],
     "fedadp": ["--strategy", "fedadp"],
     "fedadp-sketch": ["--strategy", "fedadp", "--fedadp-angles", "sketch"],
+    # FedAvg on the IID nodes alone (an iid partition over that many ranks, each holding
+    # twice the samples): the rounds FedAdp would take if it silenced the skewed nodes
+    # entirely, the most its weighting can win in this setting.
+    "iid-only": ["--strategy", "fedavg"],
 }
 
 
@@ -56,7 +65,8 @@ def rounds_to_target(run: dict, tau: int, target: float) -> int | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--methods", default="fedavg,fedadp,fedadp-sketch")
+    p.add_argument("--methods", default="fedavg,fedadp,fedadp-sketch",
+                   help=f"comma-separated, of {', '.join(METHODS)} (iid-only: see METHODS)")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--workers", type=int, default=10)
     p.add_argument("--partition", default="mix:5*iid+5*classes:2")
@@ -71,12 +81,15 @@ def main() -> None:
     p.add_argument("--workdir", default=os.path.join(REPO_ROOT, "runs", "fedadp_rounds"), help="run files go here")
     args = p.parse_args()
 
-    common = ["--model", args.model, "--dataset", "fashion-mnist", "--partition", args.partition,
-              "--optimizer", "sgd", "--lr", str(args.lr), "--batch-size", str(args.batch_size),
-              "--tau", str(args.tau), "--eval-every", str(args.tau), "--epochs", "1000",
-              "--max-steps", str(args.tau * args.max_rounds), "--target-accuracy", str(args.target)]
+    common = ["--model", args.model, "--dataset", "fashion-mnist", "--optimizer", "sgd", "--lr", str(args.lr),
+              "--batch-size", str(args.batch_size), "--tau", str(args.tau), "--eval-every", str(args.tau),
+              "--epochs", "1000"]
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        p.error(f"--methods {','.join(unknown)}: unknown; choose from {', '.join(METHODS)}")
+    iid_nodes = args.workers - len(non_iid_nodes(args.partition, args.workers))
     rounds: dict[str, list[int]] = {m: [] for m in methods}
     runs: dict[tuple[str, int], dict] = {}
     rows = []
@@ -84,11 +97,19 @@ def main() -> None:
     for seed in seeds:
         for m in methods:
             out = os.path.join(args.workdir, f"{m}-tau{args.tau}-s{seed}.h5")
-            run = runs[m, seed] = run_train(args.workers, METHODS[m] + common + ["--seed", str(seed)], out,
+            if m == "iid-only":  # its epochs are longer; no target stop, which could fall mid-round
+                # Rounds beyond FedAvg's own count cannot change the comparison.
+                cap = rounds["fedavg"][-1] if "fedavg" in methods[:methods.index(m)] else args.max_rounds
+                ranks, flags = iid_nodes, ["--partition", "iid", "--max-steps", str(args.tau * cap)]
+            else:
+                cap = args.max_rounds
+                ranks, flags = args.workers, ["--partition", args.partition, "--max-steps", str(args.tau * cap),
+                                              "--target-accuracy", str(args.target)]
+            run = runs[m, seed] = run_train(ranks, METHODS[m] + common + flags + ["--seed", str(seed)], out,
                                             args.timeout)
             r = rounds_to_target(run, args.tau, args.target)
-            rounds[m].append(args.max_rounds if r is None else r)
-            rows.append([m, seed, "> %d" % args.max_rounds if r is None else r,
+            rounds[m].append(cap if r is None else r)
+            rows.append([m, seed, "> %d" % cap if r is None else r,
                          f"{run['final_accuracy']:.4f}", f"{run['comm_bytes'] / 1e9:.3f}", f"{run['wall_seconds']:.0f}"])
             print(f"  {m} seed {seed}: {rows[-1][2]} rounds ({out})", flush=True)
     print(f"\nFashionMNIST, {args.model}, K={args.workers}, {args.partition}, SGD lr {args.lr}, "
