@@ -46,10 +46,11 @@ Run (the default sweep takes about 26 minutes on an idle 2-core machine; ``--qui
         [--workers 4,8] [--partitions iid,sorted:60] [--skip sorted:60@8] [--baselines ...]
         [--target 0.88] [--max-epochs 10] [--seeds 0] [--eval-every 100] [--out PREFIX]
 
-The FedOpt comparison (iid, K=4; about 35 min of jobs; FDA runs reused from the default
-sweep by copying its CSV first, see benchmarks/README.md):
+The FedOpt comparison (iid, K=4, a 20-epoch cap: FedOpt with one-epoch rounds needs more
+than 10; about 20 min of jobs on an idle machine):
 
-    python benchmarks/comm_cost.py --resume --workers 4 --partitions iid --out benchmarks/comm_cost_fedopt \
+    python benchmarks/comm_cost.py --workers 4 --partitions iid --max-epochs 20 \
+        --workdir runs/comm_cost_fedopt --out benchmarks/comm_cost_fedopt \
         --strategies "linearfda,sketchfda,fedadam,fedadam:server-lr=0.01,fedadam:tau=100,\
     fedadam:tau=100:server-lr=0.01,fedavgm,fedavgm:tau=100,fedadam+linear:theta=0.02,fedadam+linear:theta=0.05"
 """
