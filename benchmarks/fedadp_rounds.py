@@ -89,7 +89,7 @@ def main() -> None:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         p.error(f"--methods {','.join(unknown)}: unknown; choose from {', '.join(METHODS)}")
-    iid_nodes = args.workers - len(non_iid_nodes(args.partition, args.workers))
+    skewed = non_iid_nodes(args.partition, args.workers)
     rounds: dict[str, list[int]] = {m: [] for m in methods}
     runs: dict[tuple[str, int], dict] = {}
     rows = []
@@ -100,7 +100,7 @@ def main() -> None:
             if m == "iid-only":  # its epochs are longer; no target stop, which could fall mid-round
                 # Rounds beyond FedAvg's own count cannot change the comparison.
                 cap = rounds["fedavg"][-1] if "fedavg" in methods[:methods.index(m)] else args.max_rounds
-                ranks, flags = iid_nodes, ["--partition", "iid", "--max-steps", str(args.tau * cap)]
+                ranks, flags = args.workers - len(skewed), ["--partition", "iid", "--max-steps", str(args.tau * cap)]
             else:
                 cap = args.max_rounds
                 ranks, flags = args.workers, ["--partition", args.partition, "--max-steps", str(args.tau * cap),
@@ -126,7 +126,7 @@ def main() -> None:
     print()
     print_table(["method", "mean rounds", "fewer rounds than fedavg", "per seed"], summary)
     if "fedadp" in methods and "fedadp-sketch" in methods:
-        print_weight_error(runs, seeds, non_iid_nodes(args.partition, args.workers))
+        print_weight_error(runs, seeds, skewed)
 
 
 def non_iid_nodes(spec: str, workers: int) -> np.ndarray:

@@ -7,6 +7,7 @@ same :class:`~.base.Synchronizer` (one mechanism, no matrix of classes): e.g.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import torch
@@ -31,20 +32,17 @@ def periodic_tau(cfg, steps_per_epoch: int) -> int:
     return max(1, round(cfg.local_epochs * steps_per_epoch))
 
 
-class _SharedSketch:
-    """The run's one AMS sketcher, built on first use: the SketchFDA trigger and sketched
+def _shared_sketch(cfg, dim: int) -> Callable[[], object]:
+    """The run's one AMS sketcher, built on first call: the SketchFDA trigger and sketched
     FedAdp angles hash with the same table (2·l·d bytes), so one run holds it once."""
 
-    def __init__(self, cfg, dim: int) -> None:
-        self.cfg, self.dim, self._sketch = cfg, dim, None
+    @functools.cache
+    def sketch():
+        from ..sketch import AmsSketch
 
-    def __call__(self):
-        if self._sketch is None:
-            from ..sketch import AmsSketch
+        return AmsSketch(dim, rows=cfg.sketch_rows, cols=cfg.sketch_cols, seed=cfg.seed)
 
-            cfg = self.cfg
-            self._sketch = AmsSketch(self.dim, rows=cfg.sketch_rows, cols=cfg.sketch_cols, seed=cfg.seed)
-        return self._sketch
+    return sketch
 
 
 # name -> builder(cfg, comm, dim, steps_per_epoch, sketch)
@@ -118,7 +116,7 @@ def build_strategy(cfg, comm: Communicator, w: torch.Tensor, steps_per_epoch: in
     participation = Participation(comm.rank, comm.world_size, cfg.clients_per_round, cfg.seed)
     if participation.sampling and trigger_name in ("linear", "sketch"):
         raise ValueError("--clients-per-round: client sampling needs round-based syncing; drop it or use --sync periodic")
-    sketch = _SharedSketch(cfg, w.numel())
+    sketch = _shared_sketch(cfg, w.numel())
     trigger = _TRIGGERS[trigger_name](cfg, comm, w.numel(), steps_per_epoch, sketch)
     rule = _RULES[preset.rule](cfg, comm, w.numel(), participation, num_samples, sketch)
     return Synchronizer(cfg.strategy, comm, w, trigger, rule, participation)
