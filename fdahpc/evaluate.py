@@ -1,4 +1,8 @@
-"""Test accuracy of the averaged model, without touching the workers' local models.
+"""Scoring a model: :func:`score` (pure, one process) and the collective :class:`Evaluator`.
+
+The semi-asynchronous server scores its global model alone with :func:`score`. The
+synchronous mode measures the test accuracy of the averaged model without touching the
+workers' local models:
 
 The workers' parameters (and float buffers such as BatchNorm statistics) are copied into
 a separate evaluation replica and averaged there (counted as ``eval`` traffic, never as
@@ -8,6 +12,8 @@ AllReduce adds up the counts, so evaluation costs 1/K of the test set per rank.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 from torch import nn
@@ -15,7 +21,52 @@ from torch import nn
 from .comm import Communicator
 from .params import FlatParams
 
-__all__ = ["Evaluator"]
+__all__ = ["Evaluator", "Score", "score"]
+
+
+class Score(NamedTuple):
+    """Sums over the scored samples; add them across ranks, then divide."""
+
+    loss_sum: float
+    correct: int
+    count: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.count
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / self.count
+
+
+@torch.no_grad()
+def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000,
+          per_label: int = 0) -> Score | tuple[Score, np.ndarray]:
+    """Cross-entropy sum and correct predictions of ``model`` on ``(x, y)``, in eval mode.
+
+    With ``per_label=C`` also returns the accuracy on each of the C labels (NaN for a
+    label absent from ``y``): FedQS's label test on a client's validation split.
+    """
+    was_training = model.training
+    model.eval()
+    loss_sum, correct = 0.0, 0
+    hits = torch.zeros(max(per_label, 1), dtype=torch.long)
+    for i in range(0, len(y), batch_size):
+        xb, yb = x[i : i + batch_size], y[i : i + batch_size]
+        logits = model(xb)
+        loss_sum += nn.functional.cross_entropy(logits, yb, reduction="sum").item()
+        ok = logits.argmax(1) == yb
+        correct += int(ok.sum().item())
+        if per_label:
+            hits += torch.bincount(yb[ok], minlength=per_label)
+    model.train(was_training)
+    result = Score(loss_sum, correct, len(y))
+    if not per_label:
+        return result
+    seen = torch.bincount(y, minlength=per_label).double()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return result, (hits.double() / seen).numpy()
 
 
 class Evaluator:
@@ -37,17 +88,9 @@ class Evaluator:
                 self.comm.allreduce_mean_(mine, "eval")
         return self.replica
 
-    @torch.no_grad()
     def evaluate(self, w: torch.Tensor, model: nn.Module) -> tuple[float, float]:
         """(accuracy, mean cross-entropy) of the averaged model on the whole test set."""
-        replica = self.averaged_model(w, model)
-        replica.eval()
-        totals = np.zeros(3)  # loss sum, correct, count
-        for i in range(0, len(self.y), self.batch_size):
-            xb, yb = self.x[i : i + self.batch_size], self.y[i : i + self.batch_size]
-            logits = replica(xb)
-            totals[0] += nn.functional.cross_entropy(logits, yb, reduction="sum").item()
-            totals[1] += (logits.argmax(1) == yb).sum().item()
-            totals[2] += len(yb)
+        mine = score(self.averaged_model(w, model), self.x, self.y, self.batch_size)
+        totals = np.array([mine.loss_sum, mine.correct, mine.count], dtype=np.float64)
         self.comm.allreduce_sum_(totals, "eval")
         return totals[1] / totals[2], totals[0] / totals[2]

@@ -5,7 +5,15 @@ Schema (readers such as ``fdahpc.plot`` rely on it):
   syncs comm_bytes comm_bytes_rank0 final_accuracy target_accuracy steps_to_target
   comm_bytes_to_target wall_seconds config`` (JSON of the full TrainConfig), plus more;
 - 1-D datasets grouped by what they record: ``eval/step eval/accuracy eval/loss
-  eval/comm_bytes``, ``sync/step``, and whatever a strategy adds (``fda/h`` ...).
+  eval/comm_bytes``, ``sync/step``, and whatever a strategy adds (``fda/h`` ...);
+- ``final/model``: the flat float32 model at the end (rank 0's in the synchronous mode).
+
+Semi-asynchronous runs (root attribute ``mode = "semiasync"``) write one row per
+aggregation instead: ``round/version round/virtual_time round/wall_seconds
+round/accuracy round/loss round/staleness_mean round/staleness_max round/bytes``,
+``round/types`` (rows of FSBC, FWBC, SWBC, SSBC counts), ``round/clients`` (rows of the
+aggregated ids, -1 padded); root attributes ``convergence_accuracy rounds_to_95pct
+oscillations virtual_time`` among others.
 
 Rows are buffered in memory and written at every ``flush()`` (each evaluation), so
 per-step series cost no HDF5 call per step, and a killed run still leaves a readable
@@ -60,6 +68,12 @@ class RunFile:
         """Queue one value for the 1-D dataset ``name`` (e.g. ``"eval/accuracy"``)."""
         self._pending[name].append(value)
 
+    def write_array(self, name: str, arr: np.ndarray) -> None:
+        """Store a whole array at once (e.g. ``final/model``, the final flat model)."""
+        if name in self._h5:
+            del self._h5[name]
+        self._h5.create_dataset(name, data=arr)
+
     def flush(self) -> None:
         for name, values in self._pending.items():
             if not values:
@@ -91,6 +105,9 @@ class NullRunFile:
         pass
 
     def append(self, name: str, value) -> None:
+        pass
+
+    def write_array(self, name: str, arr: np.ndarray) -> None:
         pass
 
     def flush(self) -> None:

@@ -31,22 +31,35 @@ class FlatParams:
     Build it *before* the optimizer: the parameters stay the same ``nn.Parameter``
     objects, only their storage moves. ``flat.w`` is the live buffer: writing into it
     changes the model.
+
+    With ``buffers=True`` the model's floating-point buffers (BatchNorm running
+    statistics) follow the parameters in the same storage: ``flat.state`` is then the
+    whole model as one vector (what a semi-asynchronous client uploads), and ``flat.w``
+    its first ``dim`` entries. Without it ``flat.state`` is ``flat.w``.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, buffers: bool = False) -> None:
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("model has no trainable parameters: nothing to synchronize")
         device = params[0].device
+        owned = [(mod, name, b) for mod in model.modules() for name, b in mod._buffers.items()
+                 if buffers and b is not None and b.is_floating_point()]
         self.dim = sum(p.numel() for p in params)
-        self.w = flat_buffer(self.dim, device)
+        self.state = flat_buffer(self.dim + sum(b.numel() for _, _, b in owned), device)
+        self.w = self.state[: self.dim]
         offset = 0
         for p in params:
             n = p.numel()
-            view = self.w[offset : offset + n].view_as(p)
+            view = self.state[offset : offset + n].view_as(p)
             view.copy_(p.data)
             p.data = view
             offset += n
+        for mod, name, b in owned:
+            view = self.state[offset : offset + b.numel()].view_as(b)
+            view.copy_(b)
+            mod._buffers[name] = view
+            offset += b.numel()
         self._params = params
 
     @property

@@ -60,3 +60,39 @@ def test_rejects_non_contiguous(comm):
         pytest.skip("the local backend never touches the buffer")
     with pytest.raises(ValueError, match="contiguous"):
         comm.allreduce_sum_(np.zeros((4, 4), np.float32)[:, 0], "sync")
+
+
+def test_point_to_point_ring_with_probe_and_counts(comm):
+    """Each rank sends a rank-stamped float32 buffer to the next rank (itself when alone)
+    and receives from the previous one: header sized by probe, payload into a longer buffer."""
+    from fdahpc.comm import ANY
+
+    k, r = comm.world_size, comm.rank
+    before = dict(comm.bytes_sent)
+    payload = np.arange(6, dtype=np.float32) + 100 * r
+    req = comm.isend(payload, (r + 1) % k, tag=7, purpose="sync")
+    comm.send_(np.array([r, 42], dtype=np.float64), (r + 1) % k, tag=8, purpose="control")
+    st = comm.probe(source=ANY, tag=8)
+    assert (st.source, st.tag, st.nbytes) == ((r - 1) % k, 8, 16)
+    header = np.zeros(4)
+    assert comm.recv_(header, source=st.source, tag=8).nbytes == 16
+    assert header[:2].tolist() == [(r - 1) % k, 42]
+    got = torch.zeros(10)
+    st = comm.recv_(got, source=ANY, tag=7)
+    assert st.nbytes == 24 and st.source == (r - 1) % k
+    assert got[:6].tolist() == (np.arange(6) + 100 * ((r - 1) % k)).tolist()
+    req.wait()
+    assert req.test()
+    assert comm.iprobe(tag=7) is None
+    assert comm.bytes_sent["sync"] - before["sync"] == 24
+    assert comm.bytes_sent["control"] - before["control"] == 16
+
+
+def test_local_point_to_point_refuses_what_would_hang():
+    from fdahpc.comm import LocalCommunicator
+
+    local = LocalCommunicator()
+    with pytest.raises(RuntimeError, match="wait forever"):
+        local.recv_(np.zeros(2))
+    with pytest.raises(ValueError, match="only rank 0"):
+        local.send_(np.zeros(2), 1, tag=0, purpose="sync")

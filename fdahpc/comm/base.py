@@ -1,7 +1,9 @@
 """The communicator interface every backend implements, and its byte counters.
 
-Strategies receive a :class:`Communicator` and never see MPI directly. Every collective
-takes a ``purpose`` so that the bytes each rank hands to the network are counted once,
+Strategies receive a :class:`Communicator` and never see MPI directly. Collectives serve
+the synchronous mode; point-to-point messages of contiguous buffers (``send_``,
+``isend``, ``recv_``, ``probe``/``iprobe``) serve the semi-asynchronous coordinator.
+Every call that sends takes a ``purpose`` so that the bytes each rank hands to the network are counted once,
 here, split the way the papers report them: training synchronization, monitoring state
 (FDA's tiny per-step AllReduce), evaluation, and control messages.
 """
@@ -9,15 +11,36 @@ here, split the way the papers report them: training synchronization, monitoring
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-__all__ = ["Communicator", "PURPOSES", "as_numpy"]
+__all__ = ["ANY", "Communicator", "PURPOSES", "Request", "Status", "as_numpy"]
 
-#: What a collective is for; the counters are keyed by these names.
+#: What a message is for; the counters are keyed by these names.
 PURPOSES = ("sync", "monitor", "eval", "control")
+
+#: Wildcard for ``source`` or ``tag`` in ``recv_``/``probe``/``iprobe``.
+ANY = -1
+
+
+class Status(NamedTuple):
+    """Where a message came from, its tag and its length in bytes."""
+
+    source: int
+    tag: int
+    nbytes: int
+
+
+class Request(ABC):
+    """A pending non-blocking send; the buffer must stay untouched until it completes."""
+
+    @abstractmethod
+    def test(self) -> bool: ...
+
+    @abstractmethod
+    def wait(self) -> None: ...
 
 
 def as_numpy(buf: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -85,6 +108,32 @@ class Communicator(ABC):
         self._count(purpose, arr.nbytes)
         return self._allgather(arr)
 
+    # Point to point -----------------------------------------------------------
+    def send_(self, buf, dest: int, tag: int, purpose: str) -> None:
+        """Send a contiguous buffer to ``dest`` (blocking: returns when ``buf`` may be reused)."""
+        self._count(purpose, _nbytes(buf))
+        self._send(buf, dest, tag)
+
+    def isend(self, buf, dest: int, tag: int, purpose: str) -> Request:
+        """Start sending ``buf`` to ``dest``; keep ``buf`` alive and unchanged until the
+        returned request completes. A server must never block on one slow peer."""
+        self._count(purpose, _nbytes(buf))
+        return self._isend(buf, dest, tag)
+
+    def recv_(self, buf, source: int = ANY, tag: int = ANY) -> Status:
+        """Receive into ``buf`` (which may be longer than the message); returns its status."""
+        return self._recv(buf, source, tag)
+
+    def probe(self, source: int = ANY, tag: int = ANY) -> Status:
+        """Wait until a matching message is there, without receiving it."""
+        status = self._probe(source, tag, block=True)
+        assert status is not None
+        return status
+
+    def iprobe(self, source: int = ANY, tag: int = ANY) -> Status | None:
+        """The status of a matching message that is there now, else None."""
+        return self._probe(source, tag, block=False)
+
     def state_dict(self) -> dict[str, Any]:
         return {"bytes_sent": dict(self.bytes_sent)}
 
@@ -100,6 +149,18 @@ class Communicator(ABC):
 
     @abstractmethod
     def _allgather(self, arr: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def _send(self, buf, dest: int, tag: int) -> None: ...
+
+    @abstractmethod
+    def _isend(self, buf, dest: int, tag: int) -> Request: ...
+
+    @abstractmethod
+    def _recv(self, buf, source: int, tag: int) -> Status: ...
+
+    @abstractmethod
+    def _probe(self, source: int, tag: int, block: bool) -> Status | None: ...
 
     @abstractmethod
     def allgather_obj(self, obj: Any) -> list[Any]:

@@ -6,9 +6,20 @@ from typing import Any
 
 import numpy as np
 
-from .base import Communicator, as_numpy
+from .base import ANY, Communicator, Request, Status, as_numpy
 
 __all__ = ["MPICommunicator"]
+
+
+class _MPIRequest(Request):
+    def __init__(self, req) -> None:
+        self._req = req
+
+    def test(self) -> bool:
+        return bool(self._req.Test())
+
+    def wait(self) -> None:
+        self._req.Wait()
 
 
 class MPICommunicator(Communicator):
@@ -33,6 +44,33 @@ class MPICommunicator(Communicator):
         out = np.empty((self.world_size, *arr.shape), dtype=arr.dtype)
         self.comm.Allgather(arr, out)
         return out
+
+    def _any(self, source: int, tag: int) -> tuple[int, int]:
+        return (self._MPI.ANY_SOURCE if source == ANY else source), (self._MPI.ANY_TAG if tag == ANY else tag)
+
+    def _status(self, st) -> Status:
+        return Status(st.Get_source(), st.Get_tag(), st.Get_count(self._MPI.BYTE))
+
+    def _send(self, buf, dest: int, tag: int) -> None:
+        self.comm.Send(as_numpy(buf), dest=dest, tag=tag)
+
+    def _isend(self, buf, dest: int, tag: int) -> Request:
+        return _MPIRequest(self.comm.Isend(as_numpy(buf), dest=dest, tag=tag))
+
+    def _recv(self, buf, source: int, tag: int) -> Status:
+        source, tag = self._any(source, tag)
+        st = self._MPI.Status()
+        self.comm.Recv(as_numpy(buf), source=source, tag=tag, status=st)
+        return self._status(st)
+
+    def _probe(self, source: int, tag: int, block: bool) -> Status | None:
+        source, tag = self._any(source, tag)
+        st = self._MPI.Status()
+        if block:
+            self.comm.Probe(source=source, tag=tag, status=st)
+        elif not self.comm.Iprobe(source=source, tag=tag, status=st):
+            return None
+        return self._status(st)
 
     def allgather_obj(self, obj: Any) -> list[Any]:
         return self.comm.allgather(obj)
