@@ -16,9 +16,14 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["TrainConfig", "parse_args", "OPTIMIZERS"]
+__all__ = ["MODES", "TrainConfig", "parse_args"]
 
-OPTIMIZERS = ("adam", "sgd", "nesterov", "adamw")
+#: sync: every rank is a worker, all step together. semiasync: rank 0 serves, the other
+#: ranks host many virtual clients (FedQS, FedBuff, async FedAvg/FedSGD).
+MODES = ("sync", "semiasync")
+#: Defaults of the semi-asynchronous mode (the FedQS paper's N, K and rounds).
+SEMIASYNC_DEFAULTS = {"strategy": "fedqs-avg", "clients": 100, "buffer": 10, "rounds": 400}
+SYNC_DEFAULTS = {"strategy": "sketchfda"}
 
 
 def _f(default, help: str, **extra):
@@ -28,7 +33,8 @@ def _f(default, help: str, **extra):
 @dataclass(frozen=True)
 class TrainConfig:
     # What to run.
-    strategy: str = _f("sketchfda", "synchronization strategy (see --help for the list)")
+    mode: str = _f("sync", "sync (every rank a worker, in lockstep) or semiasync (rank 0 serves, the others host --clients)")
+    strategy: str | None = _f(None, "strategy (sync mode, default sketchfda) or aggregation rule (semiasync, default fedqs-avg); see --help")
     sync: str | None = _f(None, "override the strategy's trigger: periodic, linear or sketch")
     model: str = _f("lenet5", "lenet5, mlr, cnn, vgg16star or resnet18")
     dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10 or synthetic")
@@ -42,25 +48,41 @@ class TrainConfig:
     epochs: float = _f(5.0, "training length in epochs of the mean partition (fractions allowed)")
     max_steps: int | None = _f(None, "stop after this many local steps (overrides --epochs when smaller)")
     target_accuracy: float | None = _f(None, "stop as soon as the averaged model reaches this test accuracy")
-    eval_every: int | None = _f(None, "also evaluate every N steps (always at each epoch end)")
+    eval_every: int | None = _f(None, "also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)")
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
     # FDA and schedules.
     theta: float = _f(1.0, "FDA variance threshold Θ (model sync when the estimate exceeds it)")
-    tau: int | None = _f(None, "periodic trigger: average every TAU local steps (default: every --local-epochs)")
-    local_epochs: float = _f(1.0, "periodic trigger: epochs between averages when --tau is not given")
+    tau: int | None = _f(None, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
+    local_epochs: float = _f(1.0, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
     sketch_rows: int = _f(5, "AMS sketch rows l")
     sketch_cols: int = _f(250, "AMS sketch columns m")
     sketch_eps: float | None = _f(None, "SketchFDA ε (default 1/sqrt(sketch_cols))")
     log_variance: bool = _f(False, "also compute the exact model variance every step (costs a full AllReduce)")
     fda_log_every: int = _f(1, "store FDA's estimate H every N steps")
     # Server optimizers, client sampling, FedAdp.
-    server_lr: float | None = _f(None, "server learning rate η_s (default 0.316 for fedavgm, 1e-3 for fedadam)")
+    server_lr: float | None = _f(None, "server learning rate η_s (default 0.316 for fedavgm, 1e-3 for fedadam, 1.0 for fedbuff)")
     server_momentum: float = _f(0.9, "FedAvgM server momentum β")
     server_betas: str = _f("0.9,0.999", "FedAdam server β1,β2")
     server_tau: float = _f(1e-7, "FedAdam adaptivity floor τ")
     clients_per_round: int | None = _f(None, "sample this many of the K workers per round (all when omitted)")
     fedadp_alpha: float = _f(5.0, "FedAdp Gompertz α")
     fedadp_angles: str = _f("exact", "FedAdp angles: exact (2 full AllReduces a round) or sketch (1)")
+    # Semi-asynchronous mode (FedQS paper defaults).
+    clients: int | None = _f(None, "semiasync: number of virtual clients N, spread over ranks 1..R-1 (default 100)")
+    buffer: int | None = _f(None, "semiasync: aggregate when K updates are buffered (default 10; --buffer N = synchronous FL)")
+    rounds: int | None = _f(None, "semiasync: number of aggregations (default 400)")
+    speed_ratio: int = _f(50, "semiasync: client i needs r_i ~ U{1..RATIO} virtual time units per local job")
+    scenario: str | None = _f(None, "semiasync: shift@ROUND:RATIO, fluctuate:A, dropout@ROUND:FRACTION (comma-separated)")
+    fedqs_a: float = _f(0.002, "FedQS learning-rate change rate a")
+    fedqs_m0: float = _f(0.1, "FedQS initial momentum m0")
+    fedqs_k: float = _f(0.2, "FedQS momentum change speed k")
+    fedqs_lr_min: float = _f(0.001, "FedQS lower bound of a client's learning rate")
+    fedqs_lr_max: float = _f(0.2, "FedQS upper bound of a client's learning rate")
+    fedqs_similarity: str = _f("cosine", "FedQS Mod1 similarity: cosine, euclidean or manhattan")
+    fedqs_feedback: str = _f("paper", "FedQS Mod3 feedback weight: paper (exp(φ-F)/(2φ-F)·(1+G)/2K) or code (the authors' (e/2)^(φ-F)·(1+min(G,2)²))")
+    fedqs_no_momentum: bool = _f(False, "FedQS ablation: no momentum for any client type")
+    fedqs_no_feedback: bool = _f(False, "FedQS ablation: no feedback weights (base weights n_i/n only)")
+    fedqs_val_fraction: float = _f(0.1, "FedQS: share of each client's data held out for the SSBC label test")
     # Output and runtime.
     out: str | None = _f(None, "HDF5 run file (default runs/<strategy>-<timestamp>.h5)")
     backend: str = _f("auto", "communicator: auto (MPI under mpirun, else local), mpi or local")
@@ -68,6 +90,12 @@ class TrainConfig:
     log_every: int = _f(50, "print progress every N steps (rank 0)")
 
     def __post_init__(self) -> None:
+        # Mode-dependent defaults are resolved once, here, so every reader sees a value.
+        if self.mode in MODES:
+            defaults = SEMIASYNC_DEFAULTS if self.mode == "semiasync" else SYNC_DEFAULTS
+            for name, value in defaults.items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
         _validate(self)
 
     def replace(self, **changes: Any) -> "TrainConfig":
@@ -101,17 +129,20 @@ def _validate(c: TrainConfig) -> None:
     # so that importing config stays cheap.
     from .data import DATASETS, parse_partition
     from .models import MODELS
-    from .strategies import ANGLE_MODES, STRATEGIES, TRIGGERS
+    from .strategies import ANGLE_MODES, TRIGGERS
 
     def one_of(name: str, value: str, choices) -> None:
         _require(value in choices, f"{name} {value!r}: unknown; choose one of {', '.join(choices)}")
 
-    one_of("--strategy", c.strategy, STRATEGIES)
+    one_of("--mode", c.mode, MODES)
+    _validate_mode(c, one_of)
     if c.sync is not None:
         one_of("--sync", c.sync, TRIGGERS)
     one_of("--model", c.model, MODELS)
     one_of("--dataset", c.dataset, DATASETS)
     if c.optimizer is not None:
+        from .worker import OPTIMIZERS
+
         one_of("--optimizer", c.optimizer, OPTIMIZERS)
     parse_partition(c.partition)
     _require(c.batch_size >= 1, f"--batch-size {c.batch_size}: must be >= 1, e.g. --batch-size 32")
@@ -150,6 +181,40 @@ def _validate(c: TrainConfig) -> None:
     from .comm import BACKENDS
 
     one_of("--backend", c.backend, BACKENDS)
+
+
+def _validate_mode(c: TrainConfig, one_of) -> None:
+    """The strategy belongs to the mode, and each mode's own flags stay in it."""
+    from .semiasync.clock import parse_scenarios
+    from .semiasync.fedqs import SIMILARITIES
+    from .semiasync.rules import SEMIASYNC_RULES
+    from .strategies import STRATEGIES
+
+    if c.mode == "sync":
+        if c.strategy in SEMIASYNC_RULES and c.strategy not in STRATEGIES:
+            raise ValueError(f"--strategy {c.strategy}: a semi-asynchronous rule; add --mode semiasync or choose one of {', '.join(STRATEGIES)}")
+        one_of("--strategy", c.strategy, STRATEGIES)
+        for name in ("clients", "buffer", "rounds", "scenario"):
+            _require(getattr(c, name) is None, f"--{name}: only used with --mode semiasync; add it or drop --{name}")
+        return
+    if c.strategy in STRATEGIES and c.strategy not in SEMIASYNC_RULES:
+        raise ValueError(f"--strategy {c.strategy}: a synchronous strategy; use --mode sync or choose one of {', '.join(SEMIASYNC_RULES)}")
+    one_of("--strategy", c.strategy, SEMIASYNC_RULES)
+    for name in ("sync", "clients_per_round", "max_steps"):
+        flag = "--" + name.replace("_", "-")
+        _require(getattr(c, name) is None, f"{flag}: not used with --mode semiasync; drop it (--rounds sets the length)")
+    _require(c.clients >= 1, f"--clients {c.clients}: must be >= 1, e.g. --clients 100")
+    _require(1 <= c.buffer <= c.clients, f"--buffer {c.buffer}: must be in [1, --clients {c.clients}], e.g. --buffer 10")
+    _require(c.rounds >= 1, f"--rounds {c.rounds}: must be >= 1, e.g. --rounds 400")
+    _require(c.speed_ratio >= 1, f"--speed-ratio {c.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
+    parse_scenarios(c.scenario)
+    if c.strategy.startswith("fedqs"):
+        _require(c.optimizer in (None, "sgd"), f"--optimizer {c.optimizer}: FedQS clients train with their own SGD heavy-ball step; drop --optimizer")
+    _require(0 < c.fedqs_lr_min <= c.fedqs_lr_max, f"--fedqs-lr-min/--fedqs-lr-max {c.fedqs_lr_min}/{c.fedqs_lr_max}: need 0 < min <= max, e.g. 0.001 and 0.2")
+    _require(c.fedqs_a >= 0 and c.fedqs_m0 >= 0 and c.fedqs_k >= 0, "--fedqs-a/--fedqs-m0/--fedqs-k: must be >= 0, e.g. 0.002, 0.1, 0.2")
+    one_of("--fedqs-similarity", c.fedqs_similarity, SIMILARITIES)
+    one_of("--fedqs-feedback", c.fedqs_feedback, ("paper", "code"))
+    _require(0 <= c.fedqs_val_fraction < 1, f"--fedqs-val-fraction {c.fedqs_val_fraction}: must be in [0, 1), e.g. 0.1")
 
 
 # Command line -----------------------------------------------------------------------

@@ -100,3 +100,116 @@ def naive_fedadp_weights(updates, n, smoothed_prev, counts_prev, alpha=5.0):
     den = sum(num)
     psi = [x / den for x in num]
     return psi, theta, smoothed, counts
+
+
+# ------------------------------------------------------------- semi-asynchronous references
+# Plain float loops over FedQS (arXiv 2510.07664, Sections 3.3-3.4) and FedBuff
+# (arXiv 2106.06639) for fdahpc.semiasync.rules and fdahpc.semiasync.fedqs.
+
+
+def naive_fedqs_weights(n, feedback, G, counts_share, K, N, variant="paper", use_feedback=True):
+    """Mod③ weights, client by client: p_i = n_i / sum n_j; a flagged client gets
+    exp(phi - F_i) / (2 phi - F_i) * (1 + G_i) / (2K) (paper) or
+    (e/2)^(phi - F_i) * (1 + min(G_i, 2)^2) / (2K) (authors' code), phi = K/N, F_i =
+    counts_share[i]; then normalize. Our guards, written out: 2 phi - F_i is floored at
+    phi/10 and G_i clamped to [0, 9]."""
+    total_n = 0.0
+    for ni in n:
+        total_n += float(ni)
+    phi = K / N
+    p = []
+    for i in range(len(n)):
+        if use_feedback and feedback[i]:
+            g = float(G[i])
+            if g < 0.0:
+                g = 0.0
+            if g > 9.0:
+                g = 9.0
+            F = float(counts_share[i])
+            if variant == "paper":
+                den = 2.0 * phi - F
+                if den < phi / 10.0:
+                    den = phi / 10.0
+                p.append(_math.exp(phi - F) / den * (1.0 + g) / (2.0 * K))
+            else:
+                g2 = g if g < 2.0 else 2.0
+                p.append((_math.e / 2.0) ** (phi - F) * (1.0 + g2 * g2) / (2.0 * K))
+        else:
+            p.append(float(n[i]) / total_n)
+    s = sum(p)
+    return [x / s for x in p]
+
+
+def naive_fedqs_decision(lr_prev, f_i, f_bar, s_i, s_bar, label_acc, a=0.002, m0=0.1, k=0.2,
+                         lr_min=0.001, lr_max=0.2, cap=9.0, label_gap=0.30, momentum=True):
+    """Mod②, the table of the paper as if-statements. Returns
+    (type name, lr, momentum rate, feedback, F, G)."""
+    if f_i <= 0:
+        F = cap
+    else:
+        F = f_bar / f_i
+        if F > cap:
+            F = cap
+    if s_i <= 0:
+        G = cap
+    else:
+        G = s_bar / s_i
+        if G < 0:
+            G = 0.0
+        if G > cap:
+            G = cap
+    if f_i > f_bar and s_i < s_bar:
+        kind, lr, feedback = "FSBC", lr_prev, True
+    elif f_i > f_bar:
+        kind, lr, feedback = "FWBC", lr_prev - a * F, False
+    elif s_i >= s_bar:
+        kind, lr, feedback = "SWBC", lr_prev + a * F, False
+    else:
+        kind, lr = "SSBC", lr_prev + a * F
+        feedback = False
+        if label_acc is not None and len(label_acc) > 0:
+            feedback = max(label_acc) - min(label_acc) >= label_gap
+    if lr < lr_min:
+        lr = lr_min
+    if lr > lr_max:
+        lr = lr_max
+    if feedback or not momentum:
+        m = 0.0
+    elif G == 0:
+        m = m0 + 0.4
+    else:
+        m = m0 + k * (1.0 / G - 1.0)
+        if m < 0:
+            m = 0.0
+        if m > m0 + 0.4:
+            m = m0 + 0.4
+    return kind, lr, m, feedback, F, G
+
+
+def naive_heavy_ball(w0, grads, lr, m):
+    """Equation 3 literally: w_e = w_{e-1} - lr [sum_{r=1..e} m^r g_{e-r} + g_e] for
+    e = 1..E with grads = [g_1, ..., g_E] and g_0 = 0. Returns [w_1, ..., w_E] as lists."""
+    d = len(w0)
+    g = [[0.0] * d] + [[float(x) for x in gr] for gr in grads]
+    w = [float(x) for x in w0]
+    out = []
+    for e in range(1, len(g)):
+        for j in range(d):
+            step = g[e][j]
+            for r in range(1, e + 1):
+                step += m ** r * g[e - r][j]
+            w[j] -= lr * step
+        out.append(list(w))
+    return out
+
+
+def naive_fedbuff(w, deltas, staleness, K, eta):
+    """FedBuff's server step, coordinate by coordinate:
+    w + eta * (1/K) * sum_i delta_i / sqrt(1 + tau_i). Returns a float list."""
+    out = []
+    for j in range(len(w)):
+        acc = 0.0
+        for delta, tau in zip(deltas, staleness):
+            acc += float(delta[j]) / _math.sqrt(1.0 + tau)
+        out.append(float(w[j]) + eta * acc / K)
+    return out

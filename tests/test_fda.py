@@ -8,7 +8,7 @@ from conftest import run_python
 from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
 from fdahpc.strategies.fda import LinearFDATrigger, SketchFDATrigger
-from fdahpc.train import build
+from fdahpc.sync_loop import build
 
 D = 2000
 
@@ -149,7 +149,7 @@ def test_same_decisions_on_four_ranks():
 
 
 def test_log_variance_records_exact_variance(tmp_path):
-    from fdahpc.train import train
+    from fdahpc.sync_loop import train
 
     cfg = TrainConfig(dataset="mnist5k", batch_size=16, strategy="linearfda", theta=0.5, max_steps=30,
                       log_variance=True, fda_log_every=3, out=str(tmp_path / "v.h5"), log_every=10**6)

@@ -12,7 +12,8 @@ import torch
 from conftest import run_python
 from fdahpc.config import TrainConfig
 from fdahpc.strategies import paper_comm_bytes
-from fdahpc.train import BatchStream, build, make_optimizer, train
+from fdahpc.sync_loop import build, train
+from fdahpc.worker import BatchStream, make_optimizer
 
 SMALL = dict(dataset="mnist5k", model="lenet5", batch_size=16, log_every=10**6)
 
@@ -67,7 +68,7 @@ def test_one_rank_synchronous_equals_plain_training(tmp_path):
     torch.manual_seed(3)
     model = build_model("lenet5", 1, 28, 10)
     opt = make_optimizer("adam", 1e-3, model.parameters(), 0.0)
-    batches = BatchStream(data.x_train, data.y_train, 16, seed=3, rank=0)
+    batches = BatchStream(data.x_train, data.y_train, 16, seed=3, stream=0)
     for _ in range(25):
         xb, yb = batches.next()
         opt.zero_grad()

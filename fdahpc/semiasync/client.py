@@ -1,0 +1,181 @@
+"""A client host (ranks 1..R-1): many virtual clients, one model, jobs in virtual-time order.
+
+A host keeps one model and computes its clients' local jobs one after another, each
+starting from the global version the server last sent that client. Ready jobs run in
+the order the server will consume them (virtual completion time, then client id), so
+the job the server waits for is usually the next one computed. A job's result depends
+only on its start model and on the client's own state (data, batch order, FedQS learning
+rate), never on which host ran it or when, which makes a run independent of the number
+of ranks.
+
+Memory: the data of the host's clients (views into one array), one BatchStream per
+client, the global versions some client still starts from or (FedQS) compares against,
+and for FedQS one float32 update vector per client: what Mod① needs and nothing more.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..comm import Communicator, Request
+from ..evaluate import score
+from ..worker import BatchStream, local_steps, make_optimizer
+from .fedqs import FedQSParams, classify, decide, heavy_ball_step_, similarity
+from .protocol import Down, Tag, UpKind, down_header_len, pack_up, unpack_down
+
+__all__ = ["ClientData", "Host"]
+
+log = logging.getLogger("fdahpc")
+SSBC = 3
+
+
+@dataclass
+class ClientData:
+    """One client's share: training batches, FedQS's validation split, its local job length."""
+
+    batches: BatchStream
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    steps: int  # local steps per job
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.batches)
+
+
+@dataclass
+class _Client:
+    data: ClientData
+    lr: float
+    start: int | None = None  # global version of the pending job, None while waiting for one
+    done_at: float = 0.0
+    f_i: float = 0.0
+    f_bar: float = 1.0
+    s_bar: float = float("nan")
+    jobs: int = 0
+    prev: int | None = None  # FedQS: the version its last job started from
+    delta: torch.Tensor | None = None  # FedQS: its last local update (parameters only)
+
+
+class Host:
+    def __init__(self, comm: Communicator, model: torch.nn.Module, flat, clients: dict[int, ClientData], *,
+                 uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
+                 num_clients: int, fedqs: FedQSParams | None = None, similarity_kind: str = "cosine") -> None:
+        self.comm, self.model, self.flat = comm, model, flat
+        self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
+        self.fedqs, self.similarity_kind, self.num_classes = fedqs, similarity_kind, num_classes
+        self.clients = {i: _Client(d, fedqs.eta0 if fedqs else lr) for i, d in clients.items()}
+        self.versions: dict[int, torch.Tensor] = {}
+        self.ready: list[tuple[float, int]] = []
+        self.header = np.empty(down_header_len(num_clients))
+        self.sends: list[tuple[Request, object]] = []
+        self.stopped = False
+        self.jobs_done = 0
+
+    # Messages from the server ---------------------------------------------------
+    def _poll(self, block: bool) -> None:
+        """Take every message the server has sent; wait for one if ``block``."""
+        while not self.stopped:
+            st = self.comm.probe(0, Tag.DOWN_HEADER) if block else self.comm.iprobe(0, Tag.DOWN_HEADER)
+            if st is None:
+                return
+            self.comm.recv_(self.header, 0, Tag.DOWN_HEADER)
+            msg = unpack_down(self.header, st.nbytes)
+            if msg.kind == Down.MODEL:
+                w = torch.from_numpy(np.empty(self.flat.state.numel(), dtype=np.float32))
+                self.comm.recv_(w, 0, Tag.DOWN_PAYLOAD)
+                self.versions[msg.version] = w
+                for i, f_i, done_at in zip(msg.clients, msg.speeds, msg.done_at):
+                    c = self.clients[i]
+                    c.start, c.done_at, c.f_i, c.f_bar, c.s_bar = msg.version, done_at, f_i, msg.f_bar, msg.s_bar
+                    heapq.heappush(self.ready, (done_at, i))
+            elif msg.kind == Down.DROP:
+                for i in msg.clients:
+                    del self.clients[i]
+                self._forget_versions()
+            else:
+                self.stopped = True
+            block = False
+
+    def _forget_versions(self) -> None:
+        used = {v for c in self.clients.values() for v in (c.start, c.prev) if v is not None}
+        for v in [v for v in self.versions if v not in used]:
+            del self.versions[v]
+
+    # One local job ------------------------------------------------------------
+    def _decide(self, c: _Client, w_start: torch.Tensor):
+        """FedQS Mod① and Mod②: similarity to the pseudo-global gradient, then the type."""
+        if c.delta is None or c.prev is None:
+            return None, float("nan")
+        dim = self.flat.dim
+        l_g = w_start[:dim] - self.versions[c.prev][:dim]
+        s_i = similarity(c.delta, l_g, self.similarity_kind)
+        s_bar = s_i if np.isnan(c.s_bar) else c.s_bar
+        labels = None
+        if classify(c.f_i, c.f_bar, s_i, s_bar) == SSBC:
+            per_label = score(self.model, c.data.x_val, c.data.y_val, per_label=self.num_classes)[1]
+            labels = per_label[~np.isnan(per_label)] if len(c.data.y_val) else None
+        return decide(self.fedqs, c.lr, c.f_i, c.f_bar, s_i, s_bar, labels), s_i
+
+    def _train(self, c: _Client, lr: float, momentum: float) -> float:
+        if self.fedqs is None:
+            opt = make_optimizer(self.optimizer, lr, self.model.parameters(), self.weight_decay)
+            return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        bufs = [torch.zeros_like(p) for p in params]
+
+        def step() -> None:
+            with torch.no_grad():
+                for p, b in zip(params, bufs):
+                    heavy_ball_step_(p.data, p.grad, b, lr, momentum)
+
+        return local_steps(self.model, c.data.batches, c.data.steps, step, lambda: self.model.zero_grad(set_to_none=True))
+
+    def _run_job(self, i: int) -> None:
+        c = self.clients[i]
+        w_start = self.versions[c.start]
+        self.flat.state.copy_(w_start)
+        # Any randomness inside the model (dropout) depends on the client and job alone.
+        torch.manual_seed(int(np.random.SeedSequence(self.seed, spawn_key=(0x5A, 9, i, c.jobs)).generate_state(1)[0]))
+        decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(c, w_start)
+        lr = decision.lr if decision else c.lr
+        momentum = decision.momentum if decision else 0.0
+        loss = self._train(c, lr, momentum) / c.data.steps
+        if self.fedqs is not None:
+            c.lr = lr
+            c.delta = self.flat.w - w_start[: self.flat.dim]
+            c.prev = c.start
+        payload = self.flat.state.clone() if self.uploads == "model" else self.flat.state - w_start
+        header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,
+                         similarity=0.0 if np.isnan(s_i) else s_i, feedback=float(bool(decision and decision.feedback)),
+                         g=decision.G if decision else 1.0, type=decision.type if decision else -1, loss=loss,
+                         lr=lr, momentum=momentum, steps=c.data.steps)
+        self.sends.append((self.comm.isend(header, 0, Tag.UP_HEADER, "control"), header))
+        self.sends.append((self.comm.isend(payload, 0, Tag.UP_PAYLOAD, "sync"), payload))
+        c.jobs += 1
+        c.start = None
+        self.jobs_done += 1
+        self._forget_versions()
+        self.sends = [(r, b) for r, b in self.sends if not r.test()]
+
+    def run(self) -> int:
+        """Serve until the server says stop; returns the number of jobs computed."""
+        while True:
+            self._poll(block=not self.ready)
+            if self.stopped:
+                break
+            if not self.ready:  # the message was a DROP: nothing new to compute
+                continue
+            _, i = heapq.heappop(self.ready)
+            if i in self.clients and self.clients[i].start is not None:
+                self._run_job(i)
+        bye = pack_up(UpKind.BYE)
+        self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
+        for req, _ in self.sends:
+            req.wait()
+        return self.jobs_done

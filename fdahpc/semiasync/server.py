@@ -1,0 +1,211 @@
+"""The server (rank 0): a buffer of client updates, consumed in virtual-time order.
+
+The loop: take the next finished job from the clock → wait for that client's update
+(stashing any other update that arrives first) → buffer it → when K updates are in,
+aggregate with the rule, score the new global model, record the round, and send the new
+version to the clients just aggregated (one message per host, sent without blocking).
+Clients not aggregated keep training on the stale models they have.
+
+Because updates are consumed in the clock's order and each job's result depends only
+on its start version and its client, the sequence of global models is a function of the
+seed alone; hosts still compute in parallel, ahead of the server where they can.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..comm import ANY, Communicator, Request
+from ..evaluate import score
+from .clock import VirtualClock
+from .fedqs import CLIENT_TYPES, speeds
+from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down
+from .rules import Rule, Update
+
+__all__ = ["Server", "convergence_metrics"]
+
+log = logging.getLogger("fdahpc")
+
+
+def convergence_metrics(accuracy: np.ndarray, window: int = 20, drop: float = 0.15) -> dict[str, float]:
+    """The FedQS paper's three measures over the evaluated rounds (NaN rows skipped):
+    convergence accuracy (mean of the last ``window``), the first round (1-based) that
+    reaches 95 % of it, and oscillations (rounds more than ``drop`` below the running best)."""
+    rounds = np.flatnonzero(~np.isnan(accuracy))
+    acc = accuracy[rounds]
+    if len(acc) == 0:
+        return dict(convergence_accuracy=float("nan"), rounds_to_95pct=-1, oscillations=0)
+    conv = float(acc[-window:].mean())
+    reached = np.flatnonzero(acc >= 0.95 * conv)
+    best = np.maximum.accumulate(acc)
+    return dict(convergence_accuracy=conv, rounds_to_95pct=int(rounds[reached[0]] + 1) if len(reached) else -1,
+                oscillations=int(np.sum(acc < best - drop)))
+
+
+@dataclass
+class _Incoming:
+    header: np.ndarray
+    payload: torch.Tensor
+
+
+@dataclass
+class Server:
+    comm: Communicator
+    model: torch.nn.Module
+    flat: object  # FlatParams(model, buffers=True): flat.state is the global model
+    rule: Rule
+    clock: VirtualClock
+    host_of: np.ndarray  # client -> rank hosting it
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    buffer_size: int
+    rounds: int
+    eval_every: int = 1
+    target_accuracy: float | None = None
+    log_every: int = 10
+    counts: np.ndarray = field(init=False)
+    similarity: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.host_of)
+        self.counts = np.zeros(n, dtype=np.int64)  # n(i): times client i was aggregated
+        self.similarity = np.full(n, np.nan)  # latest s_i each client reported
+        self.version = 0
+        self.stash: dict[int, _Incoming] = {}
+        self.sends: list[tuple[Request, object]] = []
+        self.upload_bytes = 0  # payload + header bytes received for aggregated updates
+
+    # Messages -------------------------------------------------------------------
+    def _receive_one(self) -> tuple[int, np.ndarray, torch.Tensor | None]:
+        header = np.empty(UP_LEN)
+        st = self.comm.recv_(header, ANY, Tag.UP_HEADER)
+        if UpKind(int(header[Up.KIND])) == UpKind.BYE:
+            return st.source, header, None
+        payload = torch.from_numpy(np.empty(self.flat.state.numel(), dtype=np.float32))
+        self.comm.recv_(payload, st.source, Tag.UP_PAYLOAD)
+        return st.source, header, payload
+
+    def _take(self, client: int) -> _Incoming:
+        """Client's update, from the stash or from the wire (stashing others meanwhile)."""
+        while client not in self.stash:
+            source, header, payload = self._receive_one()
+            if payload is None:
+                raise RuntimeError(f"rank {source} said goodbye while the server still waits for client {client}")
+            sender = int(header[Up.CLIENT])
+            if self.clock.active[sender]:  # updates of clients that left are dropped here
+                self.stash[sender] = _Incoming(header, payload)
+        return self.stash.pop(client)
+
+    def _send_model(self, clients: list[int], done_at: dict[int, int], now: int) -> int:
+        """The current global model to each host of ``clients``, without blocking; returns bytes sent."""
+        f, f_bar = speeds(self.counts, self.clock.active)
+        reported = self.similarity[~np.isnan(self.similarity) & self.clock.active]
+        s_bar = float(reported.mean()) if len(reported) else float("nan")
+        snapshot = self.flat.state.clone()  # stays alive until every send of it completes
+        sent = 0
+        for host in sorted({int(self.host_of[c]) for c in clients}):
+            mine = [c for c in clients if self.host_of[c] == host]
+            header = pack_down(DownMessage(Down.MODEL, self.version, now, f_bar, s_bar, tuple(mine),
+                                           tuple(float(f[c]) for c in mine), tuple(float(done_at[c]) for c in mine)))
+            self.sends.append((self.comm.isend(header, host, Tag.DOWN_HEADER, "control"), header))
+            self.sends.append((self.comm.isend(snapshot, host, Tag.DOWN_PAYLOAD, "sync"), snapshot))
+            sent += header.nbytes + snapshot.numel() * 4
+        self.sends = [(r, b) for r, b in self.sends if not r.test()]
+        return sent
+
+    def _tell_hosts(self, kind: Down, clients_of: dict[int, list[int]]) -> None:
+        for host, clients in clients_of.items():
+            header = pack_down(DownMessage(kind, self.version, clients=tuple(clients)))
+            self.sends.append((self.comm.isend(header, host, Tag.DOWN_HEADER, "control"), header))
+
+    def _stop(self) -> None:
+        """STOP every host, then drain what they still send until each says BYE."""
+        hosts = sorted(set(range(1, self.comm.world_size)))
+        self._tell_hosts(Down.STOP, {h: [] for h in hosts})
+        waiting = set(hosts)
+        while waiting:
+            source, _, payload = self._receive_one()
+            if payload is None:
+                waiting.discard(source)
+        for req, _ in self.sends:
+            req.wait()
+        self.sends.clear()
+
+    # The loop -----------------------------------------------------------------------
+    def run(self, run_file) -> dict:
+        start = time.perf_counter()
+        everyone = list(range(len(self.host_of)))
+        done_at = {c: self.clock.start(c, 0) for c in everyone}
+        sent = self._send_model(everyone, done_at, 0)
+        buffer: list[Update] = []
+        types = np.zeros(len(CLIENT_TYPES), dtype=np.int64)
+        received = 0
+        accuracy = []
+        result = dict(final_accuracy=float("nan"), final_loss=float("nan"), rounds_to_target=-1, virtual_time_to_target=-1)
+        now = 0
+        while self.version < self.rounds:
+            event = self.clock.pop()
+            if event is None:
+                raise RuntimeError("no client left to wait for; lower the dropout fraction")
+            now, client = event
+            msg = self._take(client)
+            h = msg.header
+            buffer.append(Update(client=client, version=int(h[Up.VERSION]), staleness=self.version - int(h[Up.VERSION]),
+                                 n_samples=int(h[Up.N_SAMPLES]), payload=msg.payload, similarity=float(h[Up.SIMILARITY]),
+                                 feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G])))
+            if h[Up.TYPE] >= 0:
+                types[int(h[Up.TYPE])] += 1
+                self.similarity[client] = h[Up.SIMILARITY]
+            received += msg.payload.numel() * 4 + h.nbytes
+            if len(buffer) < min(self.buffer_size, int(self.clock.active.sum())):
+                continue
+            # Aggregate the buffer into a new global version.
+            staleness = np.array([u.staleness for u in buffer])
+            ids = [u.client for u in buffer]
+            with torch.no_grad():
+                self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of))
+            np.add.at(self.counts, ids, 1)
+            self.version += 1
+            acc, loss = float("nan"), float("nan")
+            if self.version % self.eval_every == 0 or self.version == self.rounds:
+                s = score(self.model, self.x_test, self.y_test)
+                acc, loss = s.accuracy, s.loss
+                result.update(final_accuracy=acc, final_loss=loss)
+            accuracy.append(acc)
+            left = self.clock.on_round(self.version)
+            if left:
+                by_host: dict[int, list[int]] = {}
+                for c in left:
+                    by_host.setdefault(int(self.host_of[c]), []).append(c)
+                    self.stash.pop(c, None)
+                self._tell_hosts(Down.DROP, by_host)
+                log.info("round %d: %d clients left, %d remain", self.version, len(left), int(self.clock.active.sum()))
+            again = [c for c in ids if self.clock.active[c]]
+            next_done = {c: self.clock.start(c, now) for c in again}
+            round_bytes = received + (self._send_model(again, next_done, now) if self.version < self.rounds else 0)
+            clients_row = np.full(self.buffer_size, -1, dtype=np.int64)
+            clients_row[: len(ids)] = ids
+            for name, value in (("round/version", self.version), ("round/virtual_time", now),
+                                ("round/wall_seconds", time.perf_counter() - start), ("round/accuracy", acc),
+                                ("round/loss", loss), ("round/staleness_mean", float(staleness.mean())),
+                                ("round/staleness_max", int(staleness.max())), ("round/types", types.copy()),
+                                ("round/clients", clients_row), ("round/bytes", round_bytes)):
+                run_file.append(name, value)
+            sent += round_bytes
+            if self.version % self.log_every == 0 or self.version == self.rounds:
+                run_file.flush()
+                log.info("round %d  virtual time %d  accuracy %.4f  staleness mean %.1f max %d",
+                         self.version, now, acc, staleness.mean(), staleness.max())
+            buffer, types, received = [], np.zeros_like(types), 0
+            if self.target_accuracy is not None and acc >= self.target_accuracy and result["rounds_to_target"] < 0:
+                result.update(rounds_to_target=self.version, virtual_time_to_target=now)
+                break
+        self._stop()
+        result.update(convergence_metrics(np.array(accuracy)), rounds_done=self.version, virtual_time=now,
+                      comm_bytes=sent, wall_seconds=time.perf_counter() - start)
+        return result

@@ -1,0 +1,79 @@
+"""Local training, shared by both execution modes: minibatches, the local optimizer, and
+"take k local steps".
+
+The synchronous loop calls :func:`local_steps` with k = 1 between collectives; a client
+host of the semi-asynchronous mode calls it with a whole local job (``--tau`` steps or
+``--local-epochs`` of the client's data). Nothing here communicates.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "local_steps"]
+
+OPTIMIZERS = ("adam", "sgd", "nesterov", "adamw")
+
+
+class BatchStream:
+    """Endless minibatches of one partition, reshuffled every local pass.
+
+    Batches always have ``batch_size`` samples (a pass that runs out is continued from the
+    next permutation), so every worker takes the same number of steps per epoch whatever
+    the size of its partition. The shuffling stream depends only on ``(seed, stream)``:
+    ``stream`` is the rank in the synchronous mode and the client id in the
+    semi-asynchronous one, so client i there draws exactly the batches rank i draws here.
+    """
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, stream: int) -> None:
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+        self.batch_size = batch_size
+        self.gen = torch.Generator().manual_seed(seed * 100_003 + stream)
+        self.order = torch.empty(0, dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        while len(self.order) < self.batch_size:
+            self.order = torch.cat([self.order, torch.randperm(len(self.y), generator=self.gen)])
+        idx, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+        return self.x[idx], self.y[idx]
+
+
+def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
+    if name == "nesterov":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
+    raise ValueError(f"--optimizer {name!r}: unknown; choose one of {', '.join(OPTIMIZERS)}")
+
+
+_loss_fn = nn.CrossEntropyLoss()
+
+
+def local_steps(model: nn.Module, batches: BatchStream, k: int,
+                step: Callable[[], None], zero_grad: Callable[[], None]) -> float:
+    """Take ``k`` minibatch steps on ``model``; returns the sum of the k training losses.
+
+    ``step``/``zero_grad`` are an optimizer's methods, or any update rule written against
+    the parameters' ``.grad`` (FedQS's heavy-ball step), so every mode trains through this
+    one loop.
+    """
+    total = 0.0
+    for _ in range(k):
+        xb, yb = batches.next()
+        zero_grad()
+        loss = _loss_fn(model(xb), yb)
+        loss.backward()
+        step()
+        total += loss.item()
+    return total

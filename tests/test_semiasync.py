@@ -1,0 +1,131 @@
+"""The semi-asynchronous mode end to end: real ``mpiexec`` jobs with timeouts (a hang is a
+failure), checked through their HDF5 run files."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import REPO, run_python
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--dataset", "mnist5k", "--model", "lenet5", "--batch-size", "16", "--log-every", "1000"]
+
+
+def train(tmp_path, name, *flags, ranks=3, timeout=120):
+    out = str(tmp_path / f"{name}.h5")
+    res = run_python(["-m", "fdahpc.train", *TINY, *flags, "--out", out], ranks=ranks, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return h5py.File(out)
+
+
+def test_full_buffer_equal_speeds_is_synchronous_fedavg(tmp_path):
+    """--buffer N, equal speeds, no staleness: semi-async fedavg gives synchronous FedAvg's
+    model bit for bit (2 clients, so the 1/K mean rounds identically), fedsgd to rounding."""
+    common = ["--optimizer", "sgd", "--lr", "0.05", "--tau", "5", "--seed", "2", "--partition", "dirichlet:1.0"]
+    sync = train(tmp_path, "sync", "--strategy", "fedavg", "--max-steps", "15", *common, ranks=2)
+    semi = {rule: train(tmp_path, rule, "--mode", "semiasync", "--strategy", rule, "--clients", "2", "--buffer", "2",
+                        "--rounds", "3", "--speed-ratio", "1", *common) for rule in ("fedavg", "fedsgd")}
+    expected = sync["final/model"][:]
+    assert np.array_equal(semi["fedavg"]["final/model"][:], expected)
+    np.testing.assert_allclose(semi["fedsgd"]["final/model"][:], expected, rtol=0, atol=1e-6)
+    for f in semi.values():
+        assert f["round/staleness_max"][:].tolist() == [0, 0, 0]
+        assert f["round/clients"][:].tolist() == [[0, 1]] * 3
+        assert f["round/virtual_time"][:].tolist() == [1, 2, 3]
+
+
+def test_same_seed_same_run_on_2_3_and_5_ranks(tmp_path):
+    flags = ["--mode", "semiasync", "--strategy", "fedqs-sgd", "--clients", "6", "--buffer", "2", "--rounds", "12",
+             "--tau", "4", "--speed-ratio", "5", "--partition", "dirichlet:0.5", "--scenario", "fluctuate:2"]
+    runs = [train(tmp_path, f"r{n}", *flags, ranks=n) for n in (2, 3, 5)]
+    first = runs[0]
+    assert first["round/clients"].shape == (12, 2)
+    assert first["round/types"][:].sum() > 0  # FedQS took typed decisions, not only first jobs
+    assert first["round/staleness_max"][:].max() > 0  # and there was staleness to handle
+    for other in runs[1:]:
+        assert np.array_equal(other["round/clients"][:], first["round/clients"][:])
+        assert np.array_equal(other["round/virtual_time"][:], first["round/virtual_time"][:])
+        assert np.array_equal(other["final/model"][:], first["final/model"][:])
+    a = first.attrs
+    assert a["mode"] == "semiasync" and a["rounds_done"] == 12 and 0 < a["convergence_accuracy"] < 1
+    assert a["rounds_to_95pct"] >= 1 and a["comm_bytes"] > 0
+
+
+def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
+    """Three clients on three hosts; at round 2 two of them leave, so two hosts have no
+    client left and the buffer of 2 can no longer fill: the server aggregates what remains."""
+    start = time.monotonic()
+    f = train(tmp_path, "drop", "--mode", "semiasync", "--strategy", "fedbuff", "--clients", "3", "--buffer", "2",
+              "--rounds", "6", "--tau", "2", "--scenario", "dropout@2:0.67", "--speed-ratio", "4", ranks=4, timeout=60)
+    assert time.monotonic() - start < 60
+    rows = f["round/clients"][:]
+    assert len(rows) == 6 and f.attrs["rounds_done"] == 6
+    survivors = set(rows[2:].ravel()) - {-1}
+    assert len(survivors) == 1 and (rows[2:, 1] == -1).all()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--clients", "4", "--buffer", "5"], "--buffer 5: must be in [1, --clients 4]"),
+    (["--strategy", "sketchfda"], "--strategy sketchfda: a synchronous strategy; use --mode sync"),
+    (["--scenario", "dropout@10"], "--scenario 'dropout@10'"),
+    (["--sync", "linear"], "--sync: not used with --mode semiasync"),
+])
+def test_bad_semiasync_flags_one_line_exit_2(flags, message):
+    res = run_python(["-m", "fdahpc.train", "--mode", "semiasync", *flags], ranks=2, timeout=60)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_other_mode_flags_and_one_rank_are_refused(tmp_path):
+    res = run_python(["-m", "fdahpc.train", "--strategy", "fedqs-avg"], timeout=60)
+    assert res.returncode == 2 and "a semi-asynchronous rule; add --mode semiasync" in res.stderr
+    res = run_python(["-m", "fdahpc.train", "--clients", "10"], timeout=60)
+    assert res.returncode == 2 and "--clients: only used with --mode semiasync" in res.stderr
+    out = tmp_path / "one.h5"
+    res = run_python(["-m", "fdahpc.train", "--mode", "semiasync", "--out", str(out)], timeout=60)
+    assert res.returncode == 2 and "needs at least 2 ranks" in res.stderr and not out.exists()
+
+
+def _rank_pid(marker: str, rank: int) -> int | None:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in cmd and b"fdahpc.train" in cmd and b"mpiexec" not in cmd and f"PMI_RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+def test_a_host_that_dies_ends_the_job_naming_it(tmp_path):
+    out = str(tmp_path / "dies.h5")
+    cmd = ["mpiexec", "-n", "3", sys.executable, "-m", "fdahpc.train", *TINY, "--mode", "semiasync", "--clients", "8",
+           "--buffer", "2", "--rounds", "100000", "--tau", "2", "--out", out, "--log-every", "1"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", PYTHONPATH=REPO)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        pid, deadline = None, time.monotonic() + 60
+        while pid is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            pid = _rank_pid(out, 1) if os.path.exists(out) else None
+        assert pid is not None, "rank 1 never started"
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGINT)  # an exception inside the host, mid-run
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert "[rank 1] fdahpc.train failed; aborting the job" in err
