@@ -75,7 +75,7 @@ def read_run(path: str) -> dict:
     out = {}
     with h5py.File(path, "r") as f:
         for key, value in f.attrs.items():
-            out[key] = value.item() if hasattr(value, "item") else value
+            out[key] = value.item() if getattr(value, "size", 0) == 1 else value
 
         def visit(name, obj):
             if isinstance(obj, h5py.Dataset):

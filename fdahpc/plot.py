@@ -2,11 +2,12 @@
 
     python -m fdahpc.plot runs/a.h5 runs/b.h5 -o fig.png
 
-Left panel: test accuracy against training GB communicated (``eval/comm_bytes``, the
-paper formula, so runs of different sizes compare as in the FDA paper's figures).
-Right panel: test accuracy against local steps (``eval/step``). One line per run,
-labelled by strategy, worker count and the settings that distinguish it. The schema is
-documented in ``fdahpc.metrics``.
+Synchronous runs: test accuracy against training GB communicated (``eval/comm_bytes``,
+the paper formula, so runs of different sizes compare as in the FDA paper's figures), and
+against local steps (``eval/step``). Semi-asynchronous runs: test accuracy against
+aggregation rounds (``round/version``) and against virtual time (``round/virtual_time``),
+as in the FedQS paper. One line per run, labelled by strategy, worker or client count and
+the settings that distinguish it. The schema is documented in ``fdahpc.metrics``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ import numpy as np
 __all__ = ["Run", "read_run", "run_label", "plot_runs", "main"]
 
 _USAGE = "usage: python -m fdahpc.plot RUN.h5 [RUN.h5 ...] -o FIG.png"
-_SERIES = ("eval/step", "eval/accuracy", "eval/comm_bytes")
+# Per mode: the accuracy series, then each panel's x series and axis label.
+_PANELS = {
+    "sync": ("eval/accuracy", (("eval/comm_bytes", "training communication (GB)"), ("eval/step", "local steps"))),
+    "semiasync": ("round/accuracy", (("round/version", "aggregation rounds"), ("round/virtual_time", "virtual time"))),
+}
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,9 @@ class Run:
 
     path: str
     label: str
-    step: np.ndarray
+    mode: str
+    x: tuple[np.ndarray, ...]  # one series per panel of the mode (GB, not bytes)
     accuracy: np.ndarray
-    gigabytes: np.ndarray
     target_accuracy: float
 
 
@@ -58,6 +63,11 @@ def run_label(attrs: dict, config: dict) -> str:
     """
     strategy = _text(attrs.get("strategy", config.get("strategy", "?")))
     parts = [strategy]
+    if _text(attrs.get("mode", "sync")) == "semiasync":
+        parts += [f"N={config.get('clients')}", f"K={config.get('buffer')}", f"1:{config.get('speed_ratio')}"]
+        if config.get("scenario"):
+            parts.append(_text(config["scenario"]))
+        return " ".join(parts + [_text(attrs.get("partition", config.get("partition", "")))])
     workers = attrs.get("workers", attrs.get("world_size"))
     if workers is not None:
         parts.append(f"K={_text(workers)}")
@@ -89,19 +99,24 @@ def read_run(path: str) -> Run:
     if not h5py.is_hdf5(path):
         raise ValueError(f"run file {path}: not an HDF5 file; give the --out file of a python -m fdahpc.train run")
     with h5py.File(path, "r") as h5:
-        missing = [name for name in _SERIES if name not in h5]
+        mode = _text(h5.attrs.get("mode", "sync"))
+        acc_name, panels = _PANELS.get(mode, _PANELS["sync"])
+        names = (acc_name, *(name for name, _ in panels))
+        missing = [name for name in names if name not in h5]
         if "strategy" not in h5.attrs or missing:
             what = ", ".join(missing) if missing else "the 'strategy' attribute"
             raise ValueError(f"run file {path}: not an fdahpc run file (lacks {what}); give a file written by python -m fdahpc.train")
         attrs = dict(h5.attrs)
-        step, acc, comm = (np.asarray(h5[name][()]) for name in _SERIES)
+        acc, *xs = (np.asarray(h5[name][()], dtype=np.float64) for name in names)
+    scored = ~np.isnan(acc)  # semi-asynchronous runs may score every few rounds only
+    xs = [x[scored] / (1e9 if name.endswith("comm_bytes") else 1) for x, (name, _) in zip(xs, panels)]
     target = _float_or_none(attrs.get("target_accuracy"))
     return Run(
         path=path,
         label=run_label(attrs, _config(attrs)),
-        step=step,
-        accuracy=acc,
-        gigabytes=comm / 1e9,
+        mode=mode if mode in _PANELS else "sync",
+        x=tuple(xs),
+        accuracy=acc[scored],
         target_accuracy=target if target is not None and target > 0 else 0.0,
     )
 
@@ -110,7 +125,8 @@ def plot_runs(paths: Sequence[str], out_path: str, log_gb: bool = False) -> None
     """Draw every run of ``paths`` into one two-panel figure saved at ``out_path``.
 
     ``log_gb`` puts the GB axis on a log scale, for FDA against Synchronous, whose
-    traffic differs by 50-300x (points at 0 GB are then not drawn).
+    traffic differs by 50-300x (points at 0 GB are then not drawn). Synchronous and
+    semi-asynchronous runs have different axes and go in separate figures.
     """
     if not paths:
         raise ValueError("paths: empty; give at least one run file")
@@ -118,28 +134,31 @@ def plot_runs(paths: Sequence[str], out_path: str, log_gb: bool = False) -> None
     if not os.path.isdir(folder):
         raise ValueError(f"-o {out_path}: folder {folder} does not exist; create it or choose another path")
     runs = [read_run(p) for p in paths]
+    modes = {r.mode for r in runs}
+    if len(modes) > 1:
+        raise ValueError("runs mix --mode sync and semiasync files: their axes differ; plot each mode in its own figure")
+    panels = _PANELS[modes.pop()][1]
 
     import matplotlib
 
     matplotlib.use("Agg")  # no display on compute nodes
     import matplotlib.pyplot as plt
 
-    fig, (ax_gb, ax_step) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(11, 4.2), sharey=True)
     for run in runs:
-        ax_gb.plot(run.gigabytes, run.accuracy, marker=".", label=run.label)
-        ax_step.plot(run.step, run.accuracy, marker=".", label=run.label)
+        for ax, x in zip(axes, run.x):
+            ax.plot(x, run.accuracy, marker=".", label=run.label)
     targets = sorted({r.target_accuracy for r in runs if r.target_accuracy > 0})
     for target in targets:
-        for ax in (ax_gb, ax_step):
+        for ax in axes:
             ax.axhline(target, color="grey", linestyle="--", linewidth=1)
-    if log_gb:
-        ax_gb.set_xscale("log")
-    ax_gb.set_xlabel("training communication (GB)")
-    ax_step.set_xlabel("local steps")
-    ax_gb.set_ylabel("test accuracy")
-    for ax in (ax_gb, ax_step):
+    if log_gb and panels[0][0].endswith("comm_bytes"):
+        axes[0].set_xscale("log")
+    for ax, (_, xlabel) in zip(axes, panels):
+        ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-    ax_step.legend(fontsize="small")
+    axes[0].set_ylabel("test accuracy")
+    axes[-1].legend(fontsize="small")
     fig.tight_layout()
     try:
         fig.savefig(out_path, dpi=120)

@@ -57,3 +57,22 @@ def test_rounds_to_target_count_only_round_end_evaluations():
     # 100-step rounds: the run stopped at the epoch-end evaluation, inside round 2
     with pytest.raises(RuntimeError, match="divides the 188-step epoch"):
         fedadp_rounds.rounds_to_target({**run, "eval/step": np.array([100, 188])}, 100, 0.80)
+
+
+def test_semiasync_benchmark_synchronous_reference_does_the_same_local_work():
+    import semiasync
+
+    args = semiasync.parse(["--clients", "40", "--buffer", "5", "--rounds", "200"])
+    sync = semiasync.flags_for(args, "sync-fedavg", 1)
+    assert sync[sync.index("--buffer") + 1] == "40" and sync[sync.index("--rounds") + 1] == "25"
+    assert sync[sync.index("--strategy") + 1] == "fedavg"
+    qs = semiasync.flags_for(args, "fedqs-avg", 1)
+    assert qs[qs.index("--buffer") + 1] == "5" and qs[qs.index("--rounds") + 1] == "200"
+
+
+def test_semiasync_benchmark_time_to_accuracy_skips_unscored_rounds():
+    import semiasync
+
+    run = {"round/accuracy": np.array([np.nan, 0.4, np.nan, 0.7]), "round/virtual_time": np.array([2, 5, 7, 9])}
+    assert semiasync.time_to(run, 0.5) == 9 and semiasync.time_to(run, 0.3) == 5
+    assert np.isnan(semiasync.time_to(run, 0.9))

@@ -55,7 +55,7 @@ def test_log_gb_axis(two_runs, tmp_path):
 
 def test_read_run_scales_bytes_to_gigabytes_and_drops_negative_target(two_runs):
     fda, avg = (read_run(p) for p in two_runs)
-    assert fda.gigabytes[-1] == pytest.approx(400 * 25_000 / 1e9)
+    assert fda.x[0][-1] == pytest.approx(400 * 25_000 / 1e9)
     assert fda.target_accuracy == 0.9
     assert avg.target_accuracy == 0.0
 
@@ -110,3 +110,30 @@ def test_no_runs_and_unknown_flag(tmp_path, capsys):
 def test_bad_output_extension(two_runs, tmp_path, capsys):
     assert main([*two_runs, "-o", str(tmp_path / "fig.nope")]) == 2
     _one_line_error(capsys, "fig.nope")
+
+
+def _write_semiasync_run(path, strategy="fedqs-avg"):
+    cfg = {"strategy": strategy, "clients": 40, "buffer": 5, "speed_ratio": 50, "scenario": None,
+           "partition": "dirichlet:0.5"}
+    with h5py.File(path, "w") as h5:
+        h5.attrs.update(mode="semiasync", strategy=strategy, partition=cfg["partition"], target_accuracy=-1.0,
+                        config=json.dumps(cfg))
+        h5["round/version"] = np.arange(1, 7)
+        h5["round/virtual_time"] = np.array([3, 5, 9, 10, 14, 20])
+        h5["round/accuracy"] = np.array([np.nan, 0.3, np.nan, 0.5, np.nan, 0.6])  # scored every 2 rounds
+    return str(path)
+
+
+def test_semiasync_runs_plot_against_rounds_and_virtual_time(tmp_path, capsys):
+    run = read_run(_write_semiasync_run(tmp_path / "qs.h5"))
+    assert run.mode == "semiasync" and run.label == "fedqs-avg N=40 K=5 1:50 dirichlet:0.5"
+    assert run.x[0].tolist() == [2, 4, 6] and run.x[1].tolist() == [5, 10, 20]
+    assert run.accuracy.tolist() == [0.3, 0.5, 0.6]
+    out = tmp_path / "sa.png"
+    assert main([run.path, _write_semiasync_run(tmp_path / "avg.h5", "fedavg"), "-o", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_mixing_modes_is_refused(two_runs, tmp_path, capsys):
+    assert main([two_runs[0], _write_semiasync_run(tmp_path / "qs.h5"), "-o", str(tmp_path / "f.png")]) == 2
+    _one_line_error(capsys, "mix --mode sync and semiasync")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -66,10 +67,14 @@ class MPICommunicator(Communicator):
     def _probe(self, source: int, tag: int, block: bool) -> Status | None:
         source, tag = self._any(source, tag)
         st = self._MPI.Status()
-        if block:
-            self.comm.Probe(source=source, tag=tag, status=st)
-        elif not self.comm.Iprobe(source=source, tag=tag, status=st):
-            return None
+        delay = 0.0
+        while not self.comm.Iprobe(source=source, tag=tag, status=st):
+            if not block:
+                return None
+            # MPI's blocking Probe busy-polls a whole core; a coordinator waiting on slow
+            # clients would take it from the ranks that compute. Back off to 1 ms sleeps.
+            time.sleep(delay)
+            delay = min(max(2 * delay, 1e-5), 1e-3)
         return self._status(st)
 
     def allgather_obj(self, obj: Any) -> list[Any]:

@@ -26,7 +26,7 @@ from ..comm import Communicator, Request
 from ..evaluate import score
 from ..worker import BatchStream, local_steps, make_optimizer
 from .fedqs import FedQSParams, classify, decide, heavy_ball_step_, similarity
-from .protocol import Down, Tag, UpKind, down_header_len, pack_up, unpack_down
+from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
 
 __all__ = ["ClientData", "Host"]
 
@@ -75,7 +75,7 @@ class Host:
         self.header = np.empty(down_header_len(num_clients))
         self.sends: list[tuple[Request, object]] = []
         self.stopped = False
-        self.jobs_done = 0
+        self.jobs_done = self.steps_done = 0
 
     # Messages from the server ---------------------------------------------------
     def _poll(self, block: bool) -> None:
@@ -122,7 +122,8 @@ class Host:
             labels = per_label[~np.isnan(per_label)] if len(c.data.y_val) else None
         return decide(self.fedqs, c.lr, c.f_i, c.f_bar, s_i, s_bar, labels), s_i
 
-    def _train(self, c: _Client, lr: float, momentum: float) -> float:
+    def train(self, c: _Client, lr: float, momentum: float) -> float:
+        """One local job of client c on the loaded model: the mode's optimizer, or FedQS's heavy ball."""
         if self.fedqs is None:
             opt = make_optimizer(self.optimizer, lr, self.model.parameters(), self.weight_decay)
             return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad)
@@ -145,7 +146,7 @@ class Host:
         decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(c, w_start)
         lr = decision.lr if decision else c.lr
         momentum = decision.momentum if decision else 0.0
-        loss = self._train(c, lr, momentum) / c.data.steps
+        loss = self.train(c, lr, momentum) / c.data.steps
         if self.fedqs is not None:
             c.lr = lr
             c.delta = self.flat.w - w_start[: self.flat.dim]
@@ -160,6 +161,7 @@ class Host:
         c.jobs += 1
         c.start = None
         self.jobs_done += 1
+        self.steps_done += c.data.steps
         self._forget_versions()
         self.sends = [(r, b) for r, b in self.sends if not r.test()]
 
@@ -174,7 +176,7 @@ class Host:
             _, i = heapq.heappop(self.ready)
             if i in self.clients and self.clients[i].start is not None:
                 self._run_job(i)
-        bye = pack_up(UpKind.BYE)
+        bye = pack_up(UpKind.BYE, jobs=self.jobs_done, steps=self.steps_done, peak_rss=peak_rss_bytes())
         self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
         for req, _ in self.sends:
             req.wait()

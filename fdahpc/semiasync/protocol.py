@@ -16,7 +16,8 @@ Down (server → host), header ``[kind, version, now, f_bar, s_bar, count, (clie
 
 Up (host → server), header of fixed length ``UP_LEN`` indexed by :class:`Up`:
 - ``UPDATE``: one finished local job; a payload follows.
-- ``BYE``: the host has stopped and will send nothing more.
+- ``BYE``: the host has stopped and will send nothing more; carries its totals (JOBS,
+  STEPS) and its peak resident memory (PEAK_RSS, bytes).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from enum import IntEnum
 import numpy as np
 
 __all__ = ["Tag", "Down", "Up", "UP_LEN", "DownMessage", "down_header_len", "pack_down", "unpack_down",
-           "pack_up", "UpKind"]
+           "pack_up", "peak_rss_bytes", "UpKind"]
 
 
 class Tag(IntEnum):
@@ -63,7 +64,9 @@ class Up(IntEnum):
     LOSS = 9  # mean training loss of the job
     LR = 10  # learning rate the job used
     MOMENTUM = 11  # momentum rate the job used
-    STEPS = 12  # local steps taken
+    STEPS = 12  # local steps taken (BYE: in all jobs)
+    JOBS = 13  # BYE: jobs computed
+    PEAK_RSS = 14  # BYE: the host's peak resident memory in bytes
 
 
 UP_LEN = len(Up)
@@ -103,6 +106,13 @@ def unpack_down(buf: np.ndarray, nbytes: int) -> DownMessage:
     rows = h[_DOWN_FIXED:].reshape(count, _PER_CLIENT)
     return DownMessage(Down(int(h[0])), int(h[1]), float(h[2]), float(h[3]), float(h[4]),
                        tuple(int(c) for c in rows[:, 0]), tuple(rows[:, 1].tolist()), tuple(rows[:, 2].tolist()))
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports kilobytes)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def pack_up(kind: UpKind, **fields: float) -> np.ndarray:

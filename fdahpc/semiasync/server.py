@@ -24,7 +24,7 @@ from ..comm import ANY, Communicator, Request
 from ..evaluate import score
 from .clock import VirtualClock
 from .fedqs import CLIENT_TYPES, speeds
-from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down
+from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
 from .rules import Rule, Update
 
 __all__ = ["Server", "convergence_metrics"]
@@ -83,7 +83,8 @@ class Server:
     # Messages -------------------------------------------------------------------
     def _receive_one(self) -> tuple[int, np.ndarray, torch.Tensor | None]:
         header = np.empty(UP_LEN)
-        st = self.comm.recv_(header, ANY, Tag.UP_HEADER)
+        st = self.comm.probe(ANY, Tag.UP_HEADER)  # waits without spinning a core
+        self.comm.recv_(header, st.source, Tag.UP_HEADER)
         if UpKind(int(header[Up.KIND])) == UpKind.BYE:
             return st.source, header, None
         payload = torch.from_numpy(np.empty(self.flat.state.numel(), dtype=np.float32))
@@ -128,10 +129,13 @@ class Server:
         hosts = sorted(set(range(1, self.comm.world_size)))
         self._tell_hosts(Down.STOP, {h: [] for h in hosts})
         waiting = set(hosts)
+        self.host_totals = np.zeros((self.comm.world_size, 3), dtype=np.int64)  # jobs, steps, peak RSS
+        self.host_totals[0, 2] = peak_rss_bytes()
         while waiting:
-            source, _, payload = self._receive_one()
+            source, header, payload = self._receive_one()
             if payload is None:
                 waiting.discard(source)
+                self.host_totals[source] = header[[Up.JOBS, Up.STEPS, Up.PEAK_RSS]]
         for req, _ in self.sends:
             req.wait()
         self.sends.clear()
@@ -207,5 +211,7 @@ class Server:
                 break
         self._stop()
         result.update(convergence_metrics(np.array(accuracy)), rounds_done=self.version, virtual_time=now,
-                      comm_bytes=sent, wall_seconds=time.perf_counter() - start)
+                      comm_bytes=sent, wall_seconds=time.perf_counter() - start,
+                      jobs_per_rank=self.host_totals[:, 0], local_steps_per_rank=self.host_totals[:, 1],
+                      peak_rss_per_rank=self.host_totals[:, 2], peak_rss_total=int(self.host_totals[:, 2].sum()))
         return result

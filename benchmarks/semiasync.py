@@ -1,0 +1,157 @@
+"""Semi-asynchronous FL: FedQS against its baselines, the FedQS paper's measures.
+
+    python benchmarks/semiasync.py                      # the full setting (hours on 2 cores)
+    python benchmarks/semiasync.py --model lenet5 --tau 20 --rounds 150 --seeds 0
+
+Setting (defaults): FashionMNIST, Dirichlet(0.5) over N = 40 clients, buffer K = 5, speed
+ratio 1:50, the small CNN, one local epoch per job, seeds 0-2, 4 ranks. Methods: the
+semi-asynchronous rules fedavg, fedqs-avg, fedsgd, fedqs-sgd, fedbuff, and synchronous
+FedAvg (``sync-fedavg``: the same mode with ``--buffer N``, so every round waits for the
+slowest client).
+
+Per method it prints, as means over seeds: convergence accuracy (mean of the last 20
+evaluated rounds), rounds to 95 % of it, oscillations (rounds more than 15 points below
+the running best), the virtual time of the whole run, the virtual time at which the run
+first reaches semi-async FedAvg's convergence accuracy (and its ratio to synchronous
+FedAvg's), and the peak resident memory summed over ranks. Then the goals, each met or
+missed, from the paper's claims:
+- FedQS-Avg ≥ FedAvg + 3 points, FedQS-SGD ≥ FedSGD (convergence accuracy);
+- the virtual time to FedAvg's convergence accuracy ≤ 50 % of synchronous FedAvg's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+
+import numpy as np
+
+import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
+from _common import REPO_ROOT, print_report, read_run, run_train
+
+METHODS = ("fedavg", "fedqs-avg", "fedsgd", "fedqs-sgd", "fedbuff", "sync-fedavg")
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--dataset", default="fashion-mnist")
+    p.add_argument("--model", default="cnn")
+    p.add_argument("--partition", default="dirichlet:0.5")
+    p.add_argument("--clients", type=int, default=40)
+    p.add_argument("--buffer", type=int, default=5)
+    p.add_argument("--speed-ratio", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=200)
+    p.add_argument("--sync-rounds", type=int, default=None, help="rounds of sync-fedavg (default: as many local jobs as the others)")
+    p.add_argument("--tau", type=int, default=None, help="local job in steps (default: --local-epochs of each client's data)")
+    p.add_argument("--local-epochs", type=float, default=1.0)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=None, help="client learning rate (default: the mode's, SGD 0.1)")
+    p.add_argument("--eval-every", type=int, default=1)
+    p.add_argument("--extra", default="", help="more flags for every run, e.g. '--scenario fluctuate:10'")
+    p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "semiasync"))
+    p.add_argument("--csv", default=None, help="also write the per-run rows here")
+    p.add_argument("--timeout", type=float, default=4 * 3600)
+    p.add_argument("--reuse", action="store_true", help="read finished run files in --out-dir instead of rerunning them")
+    return p.parse_args(argv)
+
+
+def flags_for(args, method: str, seed: int) -> list[str]:
+    sync = method == "sync-fedavg"
+    rounds = args.sync_rounds or max(1, args.rounds * args.buffer // args.clients)
+    flags = ["--mode", "semiasync", "--strategy", "fedavg" if sync else method, "--dataset", args.dataset,
+             "--model", args.model, "--partition", args.partition, "--clients", str(args.clients),
+             "--buffer", str(args.clients if sync else args.buffer), "--rounds", str(rounds if sync else args.rounds),
+             "--speed-ratio", str(args.speed_ratio), "--batch-size", str(args.batch_size), "--seed", str(seed),
+             "--eval-every", str(args.eval_every), "--local-epochs", str(args.local_epochs)]
+    if args.tau is not None:
+        flags += ["--tau", str(args.tau)]
+    if args.lr is not None:
+        flags += ["--lr", str(args.lr)]
+    return flags + args.extra.split()
+
+
+def time_to(run: dict, accuracy: float) -> float:
+    """Virtual time of the first evaluated round at or above ``accuracy`` (NaN if never)."""
+    acc, t = run["round/accuracy"], run["round/virtual_time"]
+    hit = np.flatnonzero(acc >= accuracy)
+    return float(t[hit[0]]) if len(hit) else float("nan")
+
+
+def mean(values) -> float:
+    values = [v for v in values if v == v]
+    return statistics.fmean(values) if values else float("nan")
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    methods, seeds = args.methods.split(","), [int(s) for s in args.seeds.split(",")]
+    os.makedirs(args.out_dir, exist_ok=True)
+    runs: dict[tuple[str, int], dict] = {}
+    for seed in seeds:
+        for method in methods:
+            out = os.path.join(args.out_dir, f"{method}-seed{seed}.h5")
+            if args.reuse and os.path.exists(out):
+                try:
+                    runs[method, seed] = read_run(out)
+                    continue
+                except (RuntimeError, OSError):
+                    pass  # unfinished or unreadable: run it again
+            runs[method, seed] = run_train(args.ranks, flags_for(args, method, seed), out, args.timeout)
+            r = runs[method, seed]
+            print(f"{method} seed {seed}: convergence accuracy {r['convergence_accuracy']:.4f}, "
+                  f"virtual time {r['virtual_time']}, {r['wall_seconds']:.0f} s", file=sys.stderr, flush=True)
+    ref = {s: runs["fedavg", s]["convergence_accuracy"] for s in seeds if ("fedavg", s) in runs}
+    rows, table = [], []
+    for method in methods:
+        mine = [runs[method, s] for s in seeds]
+        to_ref = [time_to(runs[method, s], ref[s]) if s in ref else float("nan") for s in seeds]
+        sync_to_ref = [time_to(runs["sync-fedavg", s], ref[s]) if ("sync-fedavg", s) in runs and s in ref
+                       else float("nan") for s in seeds]
+        ratio = mean([a / b for a, b in zip(to_ref, sync_to_ref)])
+        accs = [r["convergence_accuracy"] for r in mine]
+        table.append([method, f"{100 * mean(accs):.2f}" + (f" ± {100 * statistics.stdev(accs):.2f}" if len(accs) > 1 else ""),
+                      f"{mean(r['rounds_to_95pct'] for r in mine):.0f}", f"{mean(r['oscillations'] for r in mine):.1f}",
+                      f"{mean(r['virtual_time'] for r in mine):.0f}", f"{mean(to_ref):.0f}", f"{ratio:.2f}",
+                      f"{max(r['peak_rss_total'] for r in mine) / 2**30:.2f}", f"{mean(r['wall_seconds'] for r in mine):.0f}"])
+        for s, r, t in zip(seeds, mine, to_ref):
+            rows.append(dict(method=method, seed=s, convergence_accuracy=r["convergence_accuracy"],
+                             rounds_to_95pct=r["rounds_to_95pct"], oscillations=r["oscillations"],
+                             virtual_time=r["virtual_time"], time_to_fedavg_accuracy=t,
+                             peak_rss_gb=r["peak_rss_total"] / 2**30, wall_seconds=r["wall_seconds"]))
+    print_report(
+        f"Semi-async FL: {args.model} on {args.dataset}, {args.partition}, N = {args.clients}, K = {args.buffer}, "
+        f"1:{args.speed_ratio}, {args.ranks} ranks, seeds {args.seeds}",
+        ["method", "conv. acc %", "rounds to 95%", "oscillations", "virtual time", "time to FedAvg acc",
+         "vs sync", "peak RSS GB", "wall s"], table,
+        "conv. acc: mean of the last 20 evaluated rounds; time to FedAvg acc: virtual time at which the run first "
+        "reaches semi-async FedAvg's convergence accuracy (same seed); vs sync: that time over synchronous FedAvg's; "
+        "peak RSS: all ranks together, the largest over seeds.")
+    conv = {m: mean(runs[m, s]["convergence_accuracy"] for s in seeds) for m in methods}
+    goals = []
+    if {"fedavg", "fedqs-avg"} <= conv.keys():
+        gain = 100 * (conv["fedqs-avg"] - conv["fedavg"])
+        goals.append(f"FedQS-Avg >= FedAvg + 3 points: {'met' if gain >= 3 else 'MISSED'} ({gain:+.2f} points)")
+    if {"fedsgd", "fedqs-sgd"} <= conv.keys():
+        gain = 100 * (conv["fedqs-sgd"] - conv["fedsgd"])
+        goals.append(f"FedQS-SGD >= FedSGD: {'met' if gain >= 0 else 'MISSED'} ({gain:+.2f} points)")
+    if {"fedavg", "sync-fedavg"} <= conv.keys():
+        r = mean(time_to(runs["fedavg", s], ref[s]) / time_to(runs["sync-fedavg", s], ref[s]) for s in seeds)
+        goals.append(f"virtual time to FedAvg's accuracy <= 50 % of synchronous: {'met' if r <= 0.5 else 'MISSED'} "
+                     f"({100 * r:.0f} %; NaN: synchronous never got there, raise --sync-rounds)")
+    print("\n".join(goals))
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
