@@ -9,6 +9,10 @@ semi-asynchronous rules fedavg, fedqs-avg, fedsgd, fedqs-sgd, fedbuff, and synch
 FedAvg (``sync-fedavg``: the same mode with ``--buffer N``, so every round waits for the
 slowest client).
 
+A method may carry flags of its own, ``NAME:flag=value:...``: ``fedqs-avg:fedqs-feedback=code``
+is FedQS-Avg with the authors'-code feedback weight, ``fedqs-avg:fedqs-no-feedback`` the
+ablation without it.
+
 Per method it prints, as means over seeds: convergence accuracy (mean of the last 20
 evaluated rounds), rounds to 95 % of it, oscillations (rounds more than 15 points below
 the running best), the virtual time of the whole run, the virtual time at which the run
@@ -61,7 +65,18 @@ def parse(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def method_flags(method: str) -> tuple[str, list[str]]:
+    """``"fedqs-avg:fedqs-feedback=code"`` → ("fedqs-avg", ["--fedqs-feedback", "code"])."""
+    name, *extra = method.split(":")
+    flags = []
+    for item in extra:
+        key, eq, value = item.partition("=")
+        flags += [f"--{key}", value] if eq else [f"--{key}"]
+    return name, flags
+
+
 def flags_for(args, method: str, seed: int) -> list[str]:
+    method, own = method_flags(method)
     sync = method == "sync-fedavg"
     rounds = args.sync_rounds or max(1, args.rounds * args.buffer // args.clients)
     flags = ["--mode", "semiasync", "--strategy", "fedavg" if sync else method, "--dataset", args.dataset,
@@ -73,7 +88,7 @@ def flags_for(args, method: str, seed: int) -> list[str]:
         flags += ["--tau", str(args.tau)]
     if args.lr is not None:
         flags += ["--lr", str(args.lr)]
-    return flags + args.extra.split()
+    return flags + own + args.extra.split()
 
 
 def time_to(run: dict, accuracy: float) -> float:
@@ -95,7 +110,7 @@ def main(argv=None) -> int:
     runs: dict[tuple[str, int], dict] = {}
     for seed in seeds:
         for method in methods:
-            out = os.path.join(args.out_dir, f"{method}-seed{seed}.h5")
+            out = os.path.join(args.out_dir, f"{method.replace(':', '_').replace('=', '-')}-seed{seed}.h5")
             if args.reuse and os.path.exists(out):
                 try:
                     runs[method, seed] = read_run(out)

@@ -76,3 +76,12 @@ def test_semiasync_benchmark_time_to_accuracy_skips_unscored_rounds():
     run = {"round/accuracy": np.array([np.nan, 0.4, np.nan, 0.7]), "round/virtual_time": np.array([2, 5, 7, 9])}
     assert semiasync.time_to(run, 0.5) == 9 and semiasync.time_to(run, 0.3) == 5
     assert np.isnan(semiasync.time_to(run, 0.9))
+
+
+def test_semiasync_benchmark_methods_carry_their_own_flags():
+    import semiasync
+
+    args = semiasync.parse([])
+    flags = semiasync.flags_for(args, "fedqs-avg:fedqs-feedback=code:fedqs-no-momentum", 0)
+    assert flags[flags.index("--strategy") + 1] == "fedqs-avg"
+    assert flags[-3:] == ["--fedqs-feedback", "code", "--fedqs-no-momentum"]
