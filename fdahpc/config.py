@@ -187,7 +187,8 @@ def _validate_mode(c: TrainConfig, one_of) -> None:
     """The strategy belongs to the mode, and each mode's own flags stay in it."""
     from .semiasync.clock import parse_scenarios
     from .semiasync.fedqs import SIMILARITIES
-    from .semiasync.rules import SEMIASYNC_RULES
+    from .semiasync import fedqs_params
+    from .semiasync.rules import FEEDBACK_VARIANTS, SEMIASYNC_RULES
     from .strategies import STRATEGIES
 
     if c.mode == "sync":
@@ -210,10 +211,9 @@ def _validate_mode(c: TrainConfig, one_of) -> None:
     parse_scenarios(c.scenario)
     if c.strategy.startswith("fedqs"):
         _require(c.optimizer in (None, "sgd"), f"--optimizer {c.optimizer}: FedQS clients train with their own SGD heavy-ball step; drop --optimizer")
-    _require(0 < c.fedqs_lr_min <= c.fedqs_lr_max, f"--fedqs-lr-min/--fedqs-lr-max {c.fedqs_lr_min}/{c.fedqs_lr_max}: need 0 < min <= max, e.g. 0.001 and 0.2")
-    _require(c.fedqs_a >= 0 and c.fedqs_m0 >= 0 and c.fedqs_k >= 0, "--fedqs-a/--fedqs-m0/--fedqs-k: must be >= 0, e.g. 0.002, 0.1, 0.2")
+    fedqs_params(c)  # FedQS's ranges are checked where they live
     one_of("--fedqs-similarity", c.fedqs_similarity, SIMILARITIES)
-    one_of("--fedqs-feedback", c.fedqs_feedback, ("paper", "code"))
+    one_of("--fedqs-feedback", c.fedqs_feedback, FEEDBACK_VARIANTS)
     _require(0 <= c.fedqs_val_fraction < 1, f"--fedqs-val-fraction {c.fedqs_val_fraction}: must be in [0, 1), e.g. 0.1")
 
 

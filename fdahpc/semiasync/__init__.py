@@ -22,7 +22,7 @@ import torch
 
 from ..comm import Communicator
 
-__all__ = ["SemiAsyncSetup", "build", "run"]
+__all__ = ["SemiAsyncSetup", "build", "fedqs_params", "run"]
 
 log = logging.getLogger("fdahpc")
 
@@ -38,6 +38,14 @@ class SemiAsyncSetup:
     flat: object
     role: object  # the Server on rank 0, a Host elsewhere
     out: str
+
+
+def fedqs_params(cfg):
+    """Mod②'s hyper-parameters from the flags; validated (one wording) by FedQSParams."""
+    from .fedqs import FedQSParams
+
+    return FedQSParams(eta0=cfg.lr or DEFAULT_LR, a=cfg.fedqs_a, m0=cfg.fedqs_m0, k=cfg.fedqs_k,
+                       lr_min=cfg.fedqs_lr_min, lr_max=cfg.fedqs_lr_max, momentum=not cfg.fedqs_no_momentum)
 
 
 def host_of(num_clients: int, world_size: int) -> np.ndarray:
@@ -75,7 +83,6 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
     from ..models import build_model
     from ..params import FlatParams
     from .clock import VirtualClock, parse_scenarios
-    from .fedqs import FedQSParams
     from .rules import build_rule
 
     if comm.world_size < 2:
@@ -102,10 +109,7 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
     flat = FlatParams(model, buffers=True)
     rule = build_rule(cfg.strategy, server_lr=cfg.server_lr or 1.0, feedback=not cfg.fedqs_no_feedback,
                       feedback_variant=cfg.fedqs_feedback)
-    fedqs = None
-    if rule.needs_client_state:
-        fedqs = FedQSParams(eta0=cfg.lr or DEFAULT_LR, a=cfg.fedqs_a, m0=cfg.fedqs_m0, k=cfg.fedqs_k,
-                            lr_min=cfg.fedqs_lr_min, lr_max=cfg.fedqs_lr_max, momentum=not cfg.fedqs_no_momentum)
+    fedqs = fedqs_params(cfg) if rule.needs_client_state else None
     if comm.is_root:
         from .server import Server
 

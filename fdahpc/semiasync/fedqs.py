@@ -85,6 +85,11 @@ def similarity(delta: torch.Tensor, l_g: torch.Tensor, kind: str = "cosine") -> 
 
 # ----------------------------------------------------------------------------- Mod②
 
+# The command-line flag of each field, so an error names what the user typed.
+_FLAGS = {"eta0": "--lr", "a": "--fedqs-a", "m0": "--fedqs-m0", "k": "--fedqs-k",
+          "lr_min": "--fedqs-lr-min", "lr_max": "--fedqs-lr-max"}
+
+
 @dataclass(frozen=True)
 class FedQSParams:
     """Mod②'s hyperparameters; defaults are the paper's (Section 5 and Appendix)."""
@@ -101,7 +106,8 @@ class FedQSParams:
 
     def __post_init__(self) -> None:
         def fail(name: str, rule: str, example: str) -> None:
-            raise ValueError(f"FedQSParams.{name} {getattr(self, name)!r}: {rule}, e.g. {example}")
+            what = _FLAGS.get(name, f"FedQSParams.{name}")
+            raise ValueError(f"{what} {getattr(self, name)!r}: {rule}, e.g. {example}")
 
         def number(name: str) -> float:
             v = getattr(self, name)
@@ -120,7 +126,7 @@ class FedQSParams:
         if number("lr_min") <= 0:
             fail("lr_min", "must be positive", "0.001")
         if number("lr_max") < self.lr_min:
-            fail("lr_max", f"must be >= lr_min {self.lr_min}", "0.2")
+            fail("lr_max", f"must be >= {_FLAGS['lr_min']} {self.lr_min}", "0.2")
         if number("cap") <= 0:
             fail("cap", "must be positive", "9.0")
         if not 0 <= number("label_gap") <= 1:
