@@ -172,7 +172,7 @@ class Server:
             staleness = np.array([u.staleness for u in buffer])
             ids = [u.client for u in buffer]
             with torch.no_grad():
-                self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of))
+                weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of))
             np.add.at(self.counts, ids, 1)
             self.version += 1
             acc, loss = float("nan"), float("nan")
@@ -194,11 +194,14 @@ class Server:
             round_bytes = received + (self._send_model(again, next_done, now) if self.version < self.rounds else 0)
             clients_row = np.full(self.buffer_size, -1, dtype=np.int64)
             clients_row[: len(ids)] = ids
+            weights_row = np.full(self.buffer_size, np.nan)
+            weights_row[: len(ids)] = weights
             for name, value in (("round/version", self.version), ("round/virtual_time", now),
                                 ("round/wall_seconds", time.perf_counter() - start), ("round/accuracy", acc),
                                 ("round/loss", loss), ("round/staleness_mean", float(staleness.mean())),
                                 ("round/staleness_max", int(staleness.max())), ("round/types", types.copy()),
-                                ("round/clients", clients_row), ("round/bytes", round_bytes)):
+                                ("round/clients", clients_row), ("round/weights", weights_row),
+                                ("round/bytes", round_bytes)):
                 run_file.append(name, value)
             sent += round_bytes
             if self.version % self.log_every == 0 or self.version == self.rounds:
