@@ -9,8 +9,9 @@ rate), never on which host ran it or when, which makes a run independent of the 
 of ranks.
 
 Memory: the data of the host's clients (views into one array), one BatchStream per
-client, the global versions some client still starts from or (FedQS) compares against,
-and for FedQS one float32 update vector per client: what Mod① needs and nothing more.
+client, the global versions some client's pending job starts from (for FedQS each with
+the pseudo-global gradient the server sent along), and for FedQS one float32 update vector
+per client: what Mod① needs and nothing more.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ class _Client:
     f_bar: float = 1.0
     s_bar: float = float("nan")
     jobs: int = 0
-    prev: int | None = None  # FedQS: the version its last job started from
     delta: torch.Tensor | None = None  # FedQS: its last local update (parameters only)
 
 
@@ -87,7 +87,9 @@ class Host:
             self.comm.recv_(self.header, 0, Tag.DOWN_HEADER)
             msg = unpack_down(self.header, st.nbytes)
             if msg.kind == Down.MODEL:
-                w = torch.from_numpy(np.empty(self.flat.state.numel(), dtype=np.float32))
+                # FedQS: the model is followed by L_g = w^v - w^(v-1) over the parameters.
+                extra = self.flat.dim if self.fedqs is not None else 0
+                w = torch.from_numpy(np.empty(self.flat.state.numel() + extra, dtype=np.float32))
                 self.comm.recv_(w, 0, Tag.DOWN_PAYLOAD)
                 self.versions[msg.version] = w
                 for i, f_i, done_at in zip(msg.clients, msg.speeds, msg.done_at):
@@ -103,17 +105,16 @@ class Host:
             block = False
 
     def _forget_versions(self) -> None:
-        used = {v for c in self.clients.values() for v in (c.start, c.prev) if v is not None}
+        used = {c.start for c in self.clients.values() if c.start is not None}
         for v in [v for v in self.versions if v not in used]:
             del self.versions[v]
 
     # One local job ------------------------------------------------------------
     def _decide(self, c: _Client, w_start: torch.Tensor):
         """FedQS Mod① and Mod②: similarity to the pseudo-global gradient, then the type."""
-        if c.delta is None or c.prev is None:
+        if c.delta is None:
             return None, float("nan")
-        dim = self.flat.dim
-        l_g = w_start[:dim] - self.versions[c.prev][:dim]
+        l_g = self.versions[c.start][self.flat.state.numel():]
         s_i = similarity(c.delta, l_g, self.similarity_kind)
         s_bar = s_i if np.isnan(c.s_bar) else c.s_bar
         labels = None
@@ -139,7 +140,7 @@ class Host:
 
     def _run_job(self, i: int) -> None:
         c = self.clients[i]
-        w_start = self.versions[c.start]
+        w_start = self.versions[c.start][: self.flat.state.numel()]
         self.flat.state.copy_(w_start)
         # Any randomness inside the model (dropout) depends on the client and job alone.
         torch.manual_seed(int(np.random.SeedSequence(self.seed, spawn_key=(0x5A, 9, i, c.jobs)).generate_state(1)[0]))
@@ -150,7 +151,6 @@ class Host:
         if self.fedqs is not None:
             c.lr = lr
             c.delta = self.flat.w - w_start[: self.flat.dim]
-            c.prev = c.start
         payload = self.flat.state.clone() if self.uploads == "model" else self.flat.state - w_start
         header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,
                          similarity=0.0 if np.isnan(s_i) else s_i, feedback=float(bool(decision and decision.feedback)),

@@ -78,7 +78,8 @@ class Server:
         self.version = 0
         self.stash: dict[int, _Incoming] = {}
         self.sends: list[tuple[Request, object]] = []
-        self.upload_bytes = 0  # payload + header bytes received for aggregated updates
+        # FedQS: the parameters' last global step, sent with each model (zero before round 1).
+        self.last_step = torch.zeros(self.flat.dim) if self.rule.needs_client_state else None
 
     # Messages -------------------------------------------------------------------
     def _receive_one(self) -> tuple[int, np.ndarray, torch.Tensor | None]:
@@ -107,7 +108,9 @@ class Server:
         f, f_bar = speeds(self.counts, self.clock.active)
         reported = self.similarity[~np.isnan(self.similarity) & self.clock.active]
         s_bar = float(reported.mean()) if len(reported) else float("nan")
-        snapshot = self.flat.state.clone()  # stays alive until every send of it completes
+        # Stays alive until every send of it completes. FedQS clients also get Mod①'s
+        # pseudo-global gradient L_g = w^v - w^(v-1), the last global step.
+        snapshot = self.flat.state.clone() if self.last_step is None else torch.cat([self.flat.state, self.last_step])
         sent = 0
         for host in sorted({int(self.host_of[c]) for c in clients}):
             mine = [c for c in clients if self.host_of[c] == host]
@@ -171,8 +174,11 @@ class Server:
             # Aggregate the buffer into a new global version.
             staleness = np.array([u.staleness for u in buffer])
             ids = [u.client for u in buffer]
+            before = self.flat.w.clone() if self.last_step is not None else None
             with torch.no_grad():
                 weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of))
+            if before is not None:
+                torch.sub(self.flat.w, before, out=self.last_step)
             np.add.at(self.counts, ids, 1)
             self.version += 1
             acc, loss = float("nan"), float("nan")
