@@ -85,8 +85,6 @@ def build(cfg, comm) -> Setup:
 
 def train(s: Setup) -> dict:
     """The loop: local step → strategy (maybe sync) → evaluate on schedule → record."""
-    import torch
-
     from .metrics import open_run_file
     from .worker import local_steps
 

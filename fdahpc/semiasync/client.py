@@ -110,7 +110,7 @@ class Host:
             del self.versions[v]
 
     # One local job ------------------------------------------------------------
-    def _decide(self, c: _Client, w_start: torch.Tensor):
+    def _decide(self, c: _Client):
         """FedQS Mod① and Mod②: similarity to the pseudo-global gradient, then the type."""
         if c.delta is None:
             return None, float("nan")
@@ -144,7 +144,7 @@ class Host:
         self.flat.state.copy_(w_start)
         # Any randomness inside the model (dropout) depends on the client and job alone.
         torch.manual_seed(int(np.random.SeedSequence(self.seed, spawn_key=(0x5A, 9, i, c.jobs)).generate_state(1)[0]))
-        decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(c, w_start)
+        decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(c)
         lr = decision.lr if decision else c.lr
         momentum = decision.momentum if decision else 0.0
         loss = self.train(c, lr, momentum) / c.data.steps
