@@ -56,7 +56,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--local-epochs", type=float, default=1.0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=None, help="client learning rate (default: the mode's, SGD 0.1)")
-    p.add_argument("--eval-every", type=int, default=1)
+    p.add_argument("--eval-every", type=int, default=1, help="score every N rounds (sync-fedavg, with N/K fewer rounds, every round)")
     p.add_argument("--extra", default="", help="more flags for every run, e.g. '--scenario fluctuate:10'")
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "semiasync"))
     p.add_argument("--csv", default=None, help="also write the per-run rows here")
@@ -83,7 +83,7 @@ def flags_for(args, method: str, seed: int) -> list[str]:
              "--model", args.model, "--partition", args.partition, "--clients", str(args.clients),
              "--buffer", str(args.clients if sync else args.buffer), "--rounds", str(rounds if sync else args.rounds),
              "--speed-ratio", str(args.speed_ratio), "--batch-size", str(args.batch_size), "--seed", str(seed),
-             "--eval-every", str(args.eval_every), "--local-epochs", str(args.local_epochs)]
+             "--eval-every", str(1 if sync else args.eval_every), "--local-epochs", str(args.local_epochs)]
     if args.tau is not None:
         flags += ["--tau", str(args.tau)]
     if args.lr is not None:
