@@ -188,6 +188,32 @@ def test_read_idx_rejects_wrong_magic_and_truncation(tmp_path):
         read_idx(tmp_path / "cut", 1)
 
 
+def test_truncated_or_non_gzip_gz_files_give_one_clear_line(tmp_path):
+    from fdahpc.data.readers import read_idx_shape
+
+    _write_idx(tmp_path / "whole.gz", np.zeros((6, 2, 2)))
+    (tmp_path / "cut.gz").write_bytes((tmp_path / "whole.gz").read_bytes()[:-9])
+    (tmp_path / "plain.gz").write_bytes(b"\x00\x00\x08\x03" + bytes(40))
+    for name in ("cut.gz", "plain.gz"):
+        with pytest.raises(ValueError, match=f"{name}: not a complete gzip file.*re-download"):
+            read_idx(tmp_path / name, 3)
+    with pytest.raises(ValueError, match="plain.gz: not a complete gzip file"):
+        read_idx_shape(tmp_path / "plain.gz", 3)
+
+
+def test_a_truncated_gz_dataset_ends_the_job_with_exit_2(tmp_path):
+    from conftest import run_python
+
+    _make_mnist(tmp_path / "mnist", gz=True)
+    images = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[:-20])
+    res = run_python(["-m", "fdahpc.train", "--dataset", "mnist", "--data-dir", str(tmp_path / "mnist"),
+                      "--out", str(tmp_path / "run.h5")], timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "not a complete gzip file" in res.stderr
+    assert not (tmp_path / "run.h5").exists()
+
+
 @pytest.mark.parametrize("gz, dotted", [(False, False), (True, False), (False, True)])
 def test_mnist_loader_normalizes_and_keeps_only_requested_rows(tmp_path, gz, dotted):
     _make_mnist(tmp_path, gz=gz, dotted=dotted)

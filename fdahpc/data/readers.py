@@ -13,9 +13,11 @@ Pixels are scaled to [0, 1] and standardized with fixed, published per-dataset s
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import pickle
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -132,11 +134,21 @@ def _idx_header(read: Callable[[int], bytes], path: Path, ndim: int) -> tuple[tu
     return tuple(int.from_bytes(dims[4 * i:4 * i + 4], "big") for i in range(ndim)), 4 + 4 * ndim
 
 
+@contextlib.contextmanager
+def _gzip_errors(path: Path):
+    """A truncated or non-gzip ``.gz`` file: one line naming it, not a decompressor traceback."""
+    try:
+        yield
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(f"{path}: not a complete gzip file ({exc}); re-download it, or decompress it "
+                         "and drop the .gz suffix") from None
+
+
 def read_idx_shape(path: str | os.PathLike, ndim: int) -> tuple[int, ...]:
     """Shape from an IDX header (plain or .gz) without reading the payload."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
+    with _gzip_errors(path), opener(path, "rb") as f:
         return _idx_header(f.read, path, ndim)[0]
 
 
@@ -148,7 +160,7 @@ def read_idx(path: str | os.PathLike, ndim: int, rows: np.ndarray | None = None)
     """
     path = Path(path)
     if path.suffix == ".gz":
-        with gzip.open(path, "rb") as f:
+        with _gzip_errors(path), gzip.open(path, "rb") as f:
             raw = f.read()
         shape, offset = _idx_header(_Cursor(raw).read, path, ndim)
         size = len(raw)
