@@ -144,78 +144,93 @@ class Server:
         self.sends.clear()
 
     # The loop -----------------------------------------------------------------------
+    def _next_update(self, version: int, types: np.ndarray) -> tuple[int, Update, int]:
+        """The next finished job in virtual-time order: (its time, the update, bytes received)."""
+        event = self.clock.pop()
+        if event is None:
+            raise RuntimeError("no client left to wait for; lower the dropout fraction")
+        now, client = event
+        msg = self._take(client)
+        h = msg.header
+        if h[Up.TYPE] >= 0:
+            types[int(h[Up.TYPE])] += 1
+            self.similarity[client] = h[Up.SIMILARITY]
+        update = Update(client=client, version=int(h[Up.VERSION]), staleness=version - int(h[Up.VERSION]),
+                        n_samples=int(h[Up.N_SAMPLES]), payload=msg.payload, similarity=float(h[Up.SIMILARITY]),
+                        feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G]))
+        return now, update, msg.payload.numel() * 4 + h.nbytes
+
+    def _aggregate(self, buffer: list[Update]) -> np.ndarray:
+        """A new global version from the buffer; returns the rule's weights."""
+        before = self.flat.w.clone() if self.last_step is not None else None
+        with torch.no_grad():
+            weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of))
+        if before is not None:
+            torch.sub(self.flat.w, before, out=self.last_step)
+        np.add.at(self.counts, [u.client for u in buffer], 1)
+        self.version += 1
+        return weights
+
+    def _dropout(self) -> None:
+        """Apply the scenarios of this round; tell the hosts of the clients that left."""
+        left = self.clock.on_round(self.version)
+        if not left:
+            return
+        by_host: dict[int, list[int]] = {}
+        for c in left:
+            by_host.setdefault(int(self.host_of[c]), []).append(c)
+            self.stash.pop(c, None)
+        self._tell_hosts(Down.DROP, by_host)
+        log.info("round %d: %d clients left, %d remain", self.version, len(left), int(self.clock.active.sum()))
+
+    def _padded(self, values, fill, dtype) -> np.ndarray:
+        row = np.full(self.buffer_size, fill, dtype=dtype)
+        row[: len(values)] = values
+        return row
+
     def run(self, run_file) -> dict:
+        """Serve ``rounds`` aggregations (or until the target accuracy); rows go to ``run_file``."""
         start = time.perf_counter()
         everyone = list(range(len(self.host_of)))
-        done_at = {c: self.clock.start(c, 0) for c in everyone}
-        sent = self._send_model(everyone, done_at, 0)
+        sent = self._send_model(everyone, {c: self.clock.start(c, 0) for c in everyone}, 0)
         buffer: list[Update] = []
         types = np.zeros(len(CLIENT_TYPES), dtype=np.int64)
-        received = 0
-        accuracy = []
+        received, accuracy, now = 0, [], 0
         result = dict(final_accuracy=float("nan"), final_loss=float("nan"), rounds_to_target=-1, virtual_time_to_target=-1)
-        now = 0
         while self.version < self.rounds:
-            event = self.clock.pop()
-            if event is None:
-                raise RuntimeError("no client left to wait for; lower the dropout fraction")
-            now, client = event
-            msg = self._take(client)
-            h = msg.header
-            buffer.append(Update(client=client, version=int(h[Up.VERSION]), staleness=self.version - int(h[Up.VERSION]),
-                                 n_samples=int(h[Up.N_SAMPLES]), payload=msg.payload, similarity=float(h[Up.SIMILARITY]),
-                                 feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G])))
-            if h[Up.TYPE] >= 0:
-                types[int(h[Up.TYPE])] += 1
-                self.similarity[client] = h[Up.SIMILARITY]
-            received += msg.payload.numel() * 4 + h.nbytes
+            now, update, nbytes = self._next_update(self.version, types)
+            buffer.append(update)
+            received += nbytes
             if len(buffer) < min(self.buffer_size, int(self.clock.active.sum())):
                 continue
-            # Aggregate the buffer into a new global version.
-            staleness = np.array([u.staleness for u in buffer])
-            ids = [u.client for u in buffer]
-            before = self.flat.w.clone() if self.last_step is not None else None
-            with torch.no_grad():
-                weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of))
-            if before is not None:
-                torch.sub(self.flat.w, before, out=self.last_step)
-            np.add.at(self.counts, ids, 1)
-            self.version += 1
+            weights = self._aggregate(buffer)
             acc, loss = float("nan"), float("nan")
             if self.version % self.eval_every == 0 or self.version == self.rounds:
                 s = score(self.model, self.x_test, self.y_test)
                 acc, loss = s.accuracy, s.loss
                 result.update(final_accuracy=acc, final_loss=loss)
             accuracy.append(acc)
-            left = self.clock.on_round(self.version)
-            if left:
-                by_host: dict[int, list[int]] = {}
-                for c in left:
-                    by_host.setdefault(int(self.host_of[c]), []).append(c)
-                    self.stash.pop(c, None)
-                self._tell_hosts(Down.DROP, by_host)
-                log.info("round %d: %d clients left, %d remain", self.version, len(left), int(self.clock.active.sum()))
+            self._dropout()
+            ids = [u.client for u in buffer]
             again = [c for c in ids if self.clock.active[c]]
             next_done = {c: self.clock.start(c, now) for c in again}
             round_bytes = received + (self._send_model(again, next_done, now) if self.version < self.rounds else 0)
-            clients_row = np.full(self.buffer_size, -1, dtype=np.int64)
-            clients_row[: len(ids)] = ids
-            weights_row = np.full(self.buffer_size, np.nan)
-            weights_row[: len(ids)] = weights
+            sent += round_bytes
+            staleness = np.array([u.staleness for u in buffer])
             for name, value in (("round/version", self.version), ("round/virtual_time", now),
                                 ("round/wall_seconds", time.perf_counter() - start), ("round/accuracy", acc),
                                 ("round/loss", loss), ("round/staleness_mean", float(staleness.mean())),
                                 ("round/staleness_max", int(staleness.max())), ("round/types", types.copy()),
-                                ("round/clients", clients_row), ("round/weights", weights_row),
+                                ("round/clients", self._padded(ids, -1, np.int64)),
+                                ("round/weights", self._padded(weights, np.nan, np.float64)),
                                 ("round/bytes", round_bytes)):
                 run_file.append(name, value)
-            sent += round_bytes
             if self.version % self.log_every == 0 or self.version == self.rounds:
                 run_file.flush()
                 log.info("round %d  virtual time %d  accuracy %.4f  staleness mean %.1f max %d",
                          self.version, now, acc, staleness.mean(), staleness.max())
             buffer, types, received = [], np.zeros_like(types), 0
-            if self.target_accuracy is not None and acc >= self.target_accuracy and result["rounds_to_target"] < 0:
+            if self.target_accuracy is not None and acc >= self.target_accuracy:
                 result.update(rounds_to_target=self.version, virtual_time_to_target=now)
                 break
         self._stop()
