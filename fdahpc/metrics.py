@@ -12,7 +12,8 @@ Semi-asynchronous runs (root attribute ``mode = "semiasync"``) write one row per
 aggregation instead: ``round/version round/virtual_time round/wall_seconds
 round/accuracy round/loss round/staleness_mean round/staleness_max round/bytes``,
 ``round/types`` (rows of FSBC, FWBC, SWBC, SSBC counts), ``round/clients`` (rows of the
-aggregated ids, -1 padded), ``round/weights`` (the rule's weight of each, NaN padded); root attributes ``convergence_accuracy rounds_to_95pct
+aggregated ids, -1 padded), ``round/weights`` (the rule's weight of each, NaN padded),
+``round/lr_mean round/momentum_mean`` (of the jobs aggregated); root attributes ``convergence_accuracy rounds_to_95pct
 oscillations virtual_time`` among others.
 
 Rows are buffered in memory and written at every ``flush()`` (each evaluation), so

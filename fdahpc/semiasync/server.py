@@ -144,8 +144,8 @@ class Server:
         self.sends.clear()
 
     # The loop -----------------------------------------------------------------------
-    def _next_update(self, version: int, types: np.ndarray) -> tuple[int, Update, int]:
-        """The next finished job in virtual-time order: (its time, the update, bytes received)."""
+    def _next_update(self, version: int, types: np.ndarray) -> tuple[int, Update, np.ndarray]:
+        """The next finished job in virtual-time order: (its time, the update, its header)."""
         event = self.clock.pop()
         if event is None:
             raise RuntimeError("no client left to wait for; lower the dropout fraction")
@@ -158,7 +158,7 @@ class Server:
         update = Update(client=client, version=int(h[Up.VERSION]), staleness=version - int(h[Up.VERSION]),
                         n_samples=int(h[Up.N_SAMPLES]), payload=msg.payload, similarity=float(h[Up.SIMILARITY]),
                         feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G]))
-        return now, update, msg.payload.numel() * 4 + h.nbytes
+        return now, update, h
 
     def _aggregate(self, buffer: list[Update]) -> np.ndarray:
         """A new global version from the buffer; returns the rule's weights."""
@@ -195,12 +195,12 @@ class Server:
         sent = self._send_model(everyone, {c: self.clock.start(c, 0) for c in everyone}, 0)
         buffer: list[Update] = []
         types = np.zeros(len(CLIENT_TYPES), dtype=np.int64)
-        received, accuracy, now = 0, [], 0
+        headers, accuracy, now = [], [], 0
         result = dict(final_accuracy=float("nan"), final_loss=float("nan"), rounds_to_target=-1, virtual_time_to_target=-1)
         while self.version < self.rounds:
-            now, update, nbytes = self._next_update(self.version, types)
+            now, update, header = self._next_update(self.version, types)
             buffer.append(update)
-            received += nbytes
+            headers.append(header)
             if len(buffer) < min(self.buffer_size, int(self.clock.active.sum())):
                 continue
             weights = self._aggregate(buffer)
@@ -214,6 +214,7 @@ class Server:
             ids = [u.client for u in buffer]
             again = [c for c in ids if self.clock.active[c]]
             next_done = {c: self.clock.start(c, now) for c in again}
+            received = sum(u.payload.numel() * 4 + h.nbytes for u, h in zip(buffer, headers))
             round_bytes = received + (self._send_model(again, next_done, now) if self.version < self.rounds else 0)
             sent += round_bytes
             staleness = np.array([u.staleness for u in buffer])
@@ -223,13 +224,15 @@ class Server:
                                 ("round/staleness_max", int(staleness.max())), ("round/types", types.copy()),
                                 ("round/clients", self._padded(ids, -1, np.int64)),
                                 ("round/weights", self._padded(weights, np.nan, np.float64)),
+                                ("round/lr_mean", float(np.mean([h[Up.LR] for h in headers]))),
+                                ("round/momentum_mean", float(np.mean([h[Up.MOMENTUM] for h in headers]))),
                                 ("round/bytes", round_bytes)):
                 run_file.append(name, value)
             if self.version % self.log_every == 0 or self.version == self.rounds:
                 run_file.flush()
                 log.info("round %d  virtual time %d  accuracy %.4f  staleness mean %.1f max %d",
                          self.version, now, acc, staleness.mean(), staleness.max())
-            buffer, types, received = [], np.zeros_like(types), 0
+            buffer, headers, types = [], [], np.zeros_like(types)
             if self.target_accuracy is not None and acc >= self.target_accuracy:
                 result.update(rounds_to_target=self.version, virtual_time_to_target=now)
                 break
