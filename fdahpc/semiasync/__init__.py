@@ -53,9 +53,9 @@ def host_of(num_clients: int, world_size: int) -> np.ndarray:
     return 1 + np.arange(num_clients) % (world_size - 1)
 
 
-def _split(cfg, comm: Communicator, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.ndarray, fedqs: bool):
-    """Per-client views of this host's rows (in ``mine`` order): training batches and,
-    for FedQS, a seeded validation split for the label test."""
+def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.ndarray, fedqs: bool):
+    """Per-client shares of this host's rows (in ``mine`` order): views of them, or for
+    FedQS a copy split into training rows and a seeded validation split for the label test."""
     from ..worker import BatchStream
     from .client import ClientData
     from .clock import stream_rng
@@ -69,7 +69,7 @@ def _split(cfg, comm: Communicator, mine: list[int], parts: list[np.ndarray], x:
         if n_val:
             rows = stream_rng(cfg.seed, 100 + c).permutation(rows)
         val, train = np.sort(rows[:n_val]), np.sort(rows[n_val:])
-        xt, yt = (x[train], y[train]) if n_val else (x[rows], y[rows])
+        xt, yt = (x[train], y[train]) if n_val else (x[offset - n : offset], y[offset - n : offset])  # a view
         steps = cfg.tau if cfg.tau is not None else max(1, math.ceil(cfg.local_epochs * len(yt) / cfg.batch_size))
         out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c),
                             torch.from_numpy(x[val]), torch.from_numpy(y[val]), steps)
@@ -120,7 +120,7 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
     else:
         from .client import Host
 
-        clients = _split(cfg, comm, mine, parts, data.x_train, data.y_train, fedqs is not None)
+        clients = _split(cfg, mine, parts, data.x_train, data.y_train, fedqs is not None)
         role = Host(comm, model, flat, clients, uploads=rule.uploads, optimizer=cfg.optimizer or DEFAULT_OPTIMIZER,
                     lr=cfg.lr or DEFAULT_LR, weight_decay=cfg.weight_decay, seed=cfg.seed, num_classes=data.num_classes,
                     num_clients=cfg.clients, fedqs=fedqs, similarity_kind=cfg.fedqs_similarity)
