@@ -96,3 +96,17 @@ def test_local_point_to_point_refuses_what_would_hang():
         local.recv_(np.zeros(2))
     with pytest.raises(ValueError, match="only rank 0"):
         local.send_(np.zeros(2), 1, tag=0, purpose="sync")
+
+
+def test_outbox_keeps_buffers_until_sent_and_drains(comm):
+    from fdahpc.comm import Outbox
+
+    k, r = comm.world_size, comm.rank
+    out = Outbox(comm)
+    for i in range(3):
+        out.post(np.full(4, 10 * r + i, dtype=np.float32), (r + 1) % k, tag=30, purpose="sync")  # no reference kept here
+    got = np.zeros(4, dtype=np.float32)
+    for i in range(3):
+        comm.recv_(got, (r - 1) % k, tag=30)
+        assert got.tolist() == [10 * ((r - 1) % k) + i] * 4
+    out.drain()

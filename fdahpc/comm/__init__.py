@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 
-from .base import ANY, PURPOSES, Communicator, Request, Status, as_numpy
+from .base import ANY, PURPOSES, Communicator, Outbox, Request, Status, as_numpy
 from .local import LocalCommunicator
 
-__all__ = ["ANY", "BACKENDS", "PURPOSES", "Communicator", "Request", "Status", "LocalCommunicator", "as_numpy", "make_communicator"]
+__all__ = ["ANY", "BACKENDS", "PURPOSES", "Communicator", "Outbox", "Request", "Status", "LocalCommunicator", "as_numpy", "make_communicator"]
 
 BACKENDS = ("auto", "mpi", "local")
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["ANY", "Communicator", "PURPOSES", "Request", "Status", "as_numpy"]
+__all__ = ["ANY", "Communicator", "Outbox", "PURPOSES", "Request", "Status", "as_numpy"]
 
 #: What a message is for; the counters are keyed by these names.
 PURPOSES = ("sync", "monitor", "eval", "control")
@@ -176,3 +176,22 @@ class Communicator(ABC):
     @abstractmethod
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now (used when one rank fails)."""
+
+
+class Outbox:
+    """Non-blocking sends whose buffers it keeps alive until they complete, so a caller
+    can post and move on without tracking requests itself."""
+
+    def __init__(self, comm: Communicator) -> None:
+        self.comm = comm
+        self._pending: list[tuple[Request, Any]] = []
+
+    def post(self, buf, dest: int, tag: int, purpose: str) -> None:
+        self._pending.append((self.comm.isend(buf, dest, tag, purpose), buf))
+        self._pending = [(req, b) for req, b in self._pending if not req.test()]
+
+    def drain(self) -> None:
+        """Wait until every posted send has completed."""
+        for req, _ in self._pending:
+            req.wait()
+        self._pending.clear()

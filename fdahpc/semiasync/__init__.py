@@ -58,7 +58,7 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
     FedQS a copy split into training rows and a seeded validation split for the label test."""
     from ..worker import BatchStream
     from .client import ClientData
-    from .clock import stream_rng
+    from .clock import VALIDATION, stream_rng
 
     out, offset = {}, 0
     for c in mine:
@@ -67,7 +67,7 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
         offset += n
         n_val = int(cfg.fedqs_val_fraction * n) if fedqs and n > 1 else 0
         if n_val:
-            rows = stream_rng(cfg.seed, 100 + c).permutation(rows)
+            rows = stream_rng(cfg.seed, VALIDATION + c).permutation(rows)
         val, train = np.sort(rows[:n_val]), np.sort(rows[n_val:])
         xt, yt = (x[train], y[train]) if n_val else (x[offset - n : offset], y[offset - n : offset])  # a view
         steps = cfg.tau if cfg.tau is not None else max(1, math.ceil(cfg.local_epochs * len(yt) / cfg.batch_size))

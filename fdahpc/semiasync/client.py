@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..comm import Communicator, Request
+from ..comm import Communicator, Outbox
 from ..evaluate import score
 from ..worker import BatchStream, local_steps, make_optimizer
 from .fedqs import FedQSParams, classify, decide, heavy_ball_step_, similarity
@@ -73,7 +73,7 @@ class Host:
         self.versions: dict[int, torch.Tensor] = {}
         self.ready: list[tuple[float, int]] = []
         self.header = np.empty(down_header_len(num_clients))
-        self.sends: list[tuple[Request, object]] = []
+        self.outbox = Outbox(comm)
         self.stopped = False
         self.jobs_done = self.steps_done = 0
 
@@ -156,14 +156,13 @@ class Host:
                          similarity=0.0 if np.isnan(s_i) else s_i, feedback=float(bool(decision and decision.feedback)),
                          g=decision.G if decision else 1.0, type=decision.type if decision else -1, loss=loss,
                          lr=lr, momentum=momentum, steps=c.data.steps)
-        self.sends.append((self.comm.isend(header, 0, Tag.UP_HEADER, "control"), header))
-        self.sends.append((self.comm.isend(payload, 0, Tag.UP_PAYLOAD, "sync"), payload))
+        self.outbox.post(header, 0, Tag.UP_HEADER, "control")
+        self.outbox.post(payload, 0, Tag.UP_PAYLOAD, "sync")
         c.jobs += 1
         c.start = None
         self.jobs_done += 1
         self.steps_done += c.data.steps
         self._forget_versions()
-        self.sends = [(r, b) for r, b in self.sends if not r.test()]
 
     def run(self) -> int:
         """Serve until the server says stop; returns the number of jobs computed."""
@@ -178,6 +177,5 @@ class Host:
                 self._run_job(i)
         bye = pack_up(UpKind.BYE, jobs=self.jobs_done, steps=self.steps_done, peak_rss=peak_rss_bytes())
         self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
-        for req, _ in self.sends:
-            req.wait()
+        self.outbox.drain()
         return self.jobs_done

@@ -40,6 +40,8 @@ def stream_rng(seed: int, stream: int) -> np.random.Generator:
 
 # Stream numbers, one per purpose (all semi-asynchronous randomness derives from them).
 SPEEDS, FLUCTUATION, DROPOUT, SHIFT = 1, 2, 3, 4
+#: Client c's FedQS validation split draws from stream VALIDATION + c.
+VALIDATION = 100
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..comm import ANY, Communicator, Request
+from ..comm import ANY, Communicator, Outbox
 from ..evaluate import score
 from .clock import VirtualClock
 from .fedqs import CLIENT_TYPES, speeds
@@ -77,7 +77,8 @@ class Server:
         self.similarity = np.full(n, np.nan)  # latest s_i each client reported
         self.version = 0
         self.stash: dict[int, _Incoming] = {}
-        self.sends: list[tuple[Request, object]] = []
+        self.outbox = Outbox(self.comm)
+        self.host_totals = np.zeros((self.comm.world_size, 3), dtype=np.int64)  # jobs, steps, peak RSS
         # FedQS: the parameters' last global step, sent with each model (zero before round 1).
         self.last_step = torch.zeros(self.flat.dim) if self.rule.needs_client_state else None
 
@@ -108,7 +109,7 @@ class Server:
         f, f_bar = speeds(self.counts, self.clock.active)
         reported = self.similarity[~np.isnan(self.similarity) & self.clock.active]
         s_bar = float(reported.mean()) if len(reported) else float("nan")
-        # Stays alive until every send of it completes. FedQS clients also get Mod①'s
+        # The outbox keeps it alive until every send of it completes. FedQS clients also get Mod①'s
         # pseudo-global gradient L_g = w^v - w^(v-1), the last global step.
         snapshot = self.flat.state.clone() if self.last_step is None else torch.cat([self.flat.state, self.last_step])
         sent = 0
@@ -116,32 +117,28 @@ class Server:
             mine = [c for c in clients if self.host_of[c] == host]
             header = pack_down(DownMessage(Down.MODEL, self.version, now, f_bar, s_bar, tuple(mine),
                                            tuple(float(f[c]) for c in mine), tuple(float(done_at[c]) for c in mine)))
-            self.sends.append((self.comm.isend(header, host, Tag.DOWN_HEADER, "control"), header))
-            self.sends.append((self.comm.isend(snapshot, host, Tag.DOWN_PAYLOAD, "sync"), snapshot))
+            self.outbox.post(header, host, Tag.DOWN_HEADER, "control")
+            self.outbox.post(snapshot, host, Tag.DOWN_PAYLOAD, "sync")
             sent += header.nbytes + snapshot.numel() * 4
-        self.sends = [(r, b) for r, b in self.sends if not r.test()]
         return sent
 
     def _tell_hosts(self, kind: Down, clients_of: dict[int, list[int]]) -> None:
         for host, clients in clients_of.items():
             header = pack_down(DownMessage(kind, self.version, clients=tuple(clients)))
-            self.sends.append((self.comm.isend(header, host, Tag.DOWN_HEADER, "control"), header))
+            self.outbox.post(header, host, Tag.DOWN_HEADER, "control")
 
     def _stop(self) -> None:
         """STOP every host, then drain what they still send until each says BYE."""
         hosts = sorted(set(range(1, self.comm.world_size)))
         self._tell_hosts(Down.STOP, {h: [] for h in hosts})
         waiting = set(hosts)
-        self.host_totals = np.zeros((self.comm.world_size, 3), dtype=np.int64)  # jobs, steps, peak RSS
         self.host_totals[0, 2] = peak_rss_bytes()
         while waiting:
             source, header, payload = self._receive_one()
             if payload is None:
                 waiting.discard(source)
                 self.host_totals[source] = header[[Up.JOBS, Up.STEPS, Up.PEAK_RSS]]
-        for req, _ in self.sends:
-            req.wait()
-        self.sends.clear()
+        self.outbox.drain()
 
     # The loop -----------------------------------------------------------------------
     def _next_update(self, version: int, types: np.ndarray) -> tuple[int, Update, np.ndarray]:
