@@ -85,6 +85,10 @@ class TrainConfig:
     fedqs_val_fraction: float = _f(0.1, "FedQS: share of each client's data held out for the SSBC label test")
     # Output and runtime.
     out: str | None = _f(None, "HDF5 run file (default runs/<strategy>-<timestamp>.h5)")
+    checkpoint_dir: str | None = _f(None, "folder for checkpoints (the newest two complete ones are kept); also written on SIGTERM/SIGUSR1 and at the end")
+    checkpoint_every: int | None = _f(None, "write a checkpoint every N steps (semiasync: rounds) into --checkpoint-dir")
+    resume: str | None = _f(None, "continue from a checkpoint folder, or auto: the newest in --checkpoint-dir (a fresh start when there is none)")
+    stop_check_every: int = _f(10, "steps (semiasync: rounds) between the ranks' agreement on signals and divergence")
     backend: str = _f("auto", "communicator: auto (MPI under mpirun, else local), mpi or local")
     threads: int = _f(1, "torch/numba threads per rank (1 avoids oversubscription under MPI)")
     log_every: int = _f(50, "print progress every N steps (rank 0)")
@@ -176,6 +180,12 @@ def _validate(c: TrainConfig) -> None:
     if c.sketch_eps is not None:
         _require(0 <= c.sketch_eps < 1, f"--sketch-eps {c.sketch_eps}: must be in [0, 1), e.g. 0.063")
     _require(c.fda_log_every >= 1, f"--fda-log-every {c.fda_log_every}: must be >= 1")
+    if c.checkpoint_every is not None:
+        _require(c.checkpoint_every >= 1, f"--checkpoint-every {c.checkpoint_every}: must be >= 1, e.g. --checkpoint-every 500")
+        _require(c.checkpoint_dir is not None, "--checkpoint-every: needs --checkpoint-dir DIR to write into; add it")
+    if c.resume == "auto":
+        _require(c.checkpoint_dir is not None, "--resume auto: needs --checkpoint-dir DIR to look in; add it")
+    _require(c.stop_check_every >= 1, f"--stop-check-every {c.stop_check_every}: must be >= 1, e.g. 10")
     _require(c.threads >= 1, f"--threads {c.threads}: must be >= 1")
     _require(c.log_every >= 1, f"--log-every {c.log_every}: must be >= 1")
     from .comm import BACKENDS

@@ -16,9 +16,15 @@ aggregated ids, -1 padded), ``round/weights`` (the rule's weight of each, NaN pa
 ``round/lr_mean round/momentum_mean`` (of the jobs aggregated); root attributes ``convergence_accuracy rounds_to_95pct
 oscillations virtual_time`` among others.
 
-Rows are buffered in memory and written at every ``flush()`` (each evaluation), so
-per-step series cost no HDF5 call per step, and a killed run still leaves a readable
-file holding everything up to its last evaluation.
+Status: the root attribute ``status`` is ``running`` while the job writes the file, then
+``finished``, ``stopped`` (a signal; a checkpoint was written), ``diverged`` or ``failed``.
+
+Crash-consistent and readable while the job runs: rank 0 keeps every row in memory and,
+at each ``flush()`` (each evaluation), writes the whole file under a temporary name,
+fsyncs it and renames it over the old one. Readers (h5py, ``fdahpc.plot``,
+``fdahpc.summary``) open the file at any time with plain ``h5py.File(path, "r")`` and see
+the last complete flush; a job killed mid-write leaves the previous one. The writer never
+holds the file open, so HDF5's file lock never refuses a reader.
 """
 
 from __future__ import annotations
@@ -55,46 +61,77 @@ def check_writable(path: str) -> None:
 
 
 class RunFile:
-    def __init__(self, path: str, attrs: dict[str, Any]) -> None:
+    def __init__(self, path: str, attrs: dict[str, Any], rows: dict[str, list] | None = None) -> None:
         self.path = path
-        self._h5 = h5py.File(path, "w")
-        self._pending: dict[str, list] = defaultdict(list)
-        self.set_attrs(**attrs)
+        self._attrs: dict[str, Any] = {}
+        self._series: dict[str, list] = defaultdict(list)
+        self._arrays: dict[str, np.ndarray] = {}
+        for name, values in (rows or {}).items():
+            self._series[name] = list(values)
+        self.set_attrs(**{**attrs, "status": "running"})
+        self.flush()  # a reader sees the run from its first moment
+
+    @classmethod
+    def resume(cls, path: str, attrs: dict[str, Any], rows: dict[str, int], source: str | None = None) -> "RunFile":
+        """Continue the run file ``source`` (default ``path``) into ``path`` from a checkpoint:
+        its series cut back to ``rows`` (the counts the checkpoint recorded), so no row is
+        duplicated or missing."""
+        source = source or path
+        kept: dict[str, list] = {}
+        old_attrs: dict[str, Any] = {}
+        try:
+            with h5py.File(source, "r") as h5:
+                old_attrs = dict(h5.attrs)
+                for name, n in rows.items():
+                    if name not in h5 or h5[name].shape[0] < n:
+                        have = h5[name].shape[0] if name in h5 else 0
+                        raise ValueError(f"--resume: run file {source} holds {have} rows of {name}, the checkpoint "
+                                         f"recorded {n}; restore the run file or start without --resume")
+                    kept[name] = list(h5[name][:n])
+        except OSError as exc:
+            raise ValueError(f"--resume: run file {source} cannot be read ({exc}); restore it or start without --resume") from None
+        return cls(path, {**old_attrs, **attrs}, kept)
 
     def set_attrs(self, **attrs: Any) -> None:
         for key, value in attrs.items():
-            self._h5.attrs[key] = "" if value is None else value
+            self._attrs[key] = "" if value is None else value
 
     def append(self, name: str, value) -> None:
-        """Queue one value for the 1-D dataset ``name`` (e.g. ``"eval/accuracy"``)."""
-        self._pending[name].append(value)
+        """Add one value to the 1-D dataset ``name`` (e.g. ``"eval/accuracy"``)."""
+        self._series[name].append(value)
 
     def write_array(self, name: str, arr: np.ndarray) -> None:
         """Store a whole array at once (e.g. ``final/model``, the final flat model)."""
-        if name in self._h5:
-            del self._h5[name]
-        self._h5.create_dataset(name, data=arr)
+        self._arrays[name] = np.array(arr)
+
+    def rows(self) -> dict[str, int]:
+        """Rows of each series so far (what a checkpoint records)."""
+        return {name: len(values) for name, values in self._series.items()}
 
     def flush(self) -> None:
-        for name, values in self._pending.items():
-            if not values:
-                continue
-            arr = np.asarray(values)  # scalars -> 1-D series; equal-length vectors -> rows of a 2-D one
-            if name not in self._h5:
-                dtype = np.int64 if np.issubdtype(arr.dtype, np.integer) else np.float64
-                row = arr.shape[1:]
-                self._h5.create_dataset(name, shape=(0, *row), maxshape=(None, *row), dtype=dtype, chunks=True)
-            ds = self._h5[name]
-            n = ds.shape[0]
-            ds.resize(n + len(arr), axis=0)
-            ds[n:] = arr
-            values.clear()
-        self._h5.flush()
+        folder, base = os.path.split(os.path.abspath(self.path))
+        tmp = os.path.join(folder, f".{base}.tmp-{os.getpid()}")
+        try:
+            with h5py.File(tmp, "w") as h5:
+                for key, value in self._attrs.items():
+                    h5.attrs[key] = value
+                for name, values in self._series.items():
+                    arr = np.asarray(values)  # scalars -> 1-D series; equal-length vectors -> rows of a 2-D one
+                    dtype = np.int64 if np.issubdtype(arr.dtype, np.integer) else np.float64
+                    h5.create_dataset(name, data=arr.astype(dtype))
+                for name, arr in self._arrays.items():
+                    h5.create_dataset(name, data=arr)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
 
-    def close(self) -> None:
-        if self._h5.id.valid:
-            self.flush()
-            self._h5.close()
+    def close(self, status: str = "finished") -> None:
+        self.set_attrs(status=status)
+        self.flush()
 
 
 class NullRunFile:
@@ -111,10 +148,13 @@ class NullRunFile:
     def write_array(self, name: str, arr: np.ndarray) -> None:
         pass
 
+    def rows(self) -> dict[str, int]:
+        return {}
+
     def flush(self) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, status: str = "finished") -> None:
         pass
 
 

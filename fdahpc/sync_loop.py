@@ -33,6 +33,7 @@ class Setup:
     steps_per_epoch: int
     total_steps: int
     out: str
+    resumed: object = None  # checkpoint.Resumed when continuing a checkpoint
 
 
 def build(cfg, comm) -> Setup:
@@ -43,6 +44,7 @@ def build(cfg, comm) -> Setup:
     """
     import torch
 
+    from . import checkpoint
     from .data import load_dataset, partition
     from .evaluate import Evaluator
     from .metrics import check_writable
@@ -51,8 +53,11 @@ def build(cfg, comm) -> Setup:
     from .strategies import build_strategy, local_optimizer
     from .worker import BatchStream, make_optimizer
 
-    out = cfg.out or os.path.join("runs", f"{cfg.strategy}-{time.strftime('%Y%m%d-%H%M%S')}.h5")
-    out = comm.bcast_obj(out)  # one timestamp for the whole job
+    if cfg.checkpoint_dir:
+        checkpoint.check_folder(cfg.checkpoint_dir)
+    found = checkpoint.find(cfg)
+    default = found[1]["run_file"] if found else os.path.join("runs", f"{cfg.strategy}-{time.strftime('%Y%m%d-%H%M%S')}.h5")
+    out = comm.bcast_obj(cfg.out or default)  # one timestamp for the whole job
     if comm.is_root:
         check_writable(out)
     n_total = {}
@@ -80,78 +85,211 @@ def build(cfg, comm) -> Setup:
     evaluator = Evaluator(comm, new_model(), data.x_test, data.y_test)
     batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank)
     strategy = build_strategy(cfg, comm, flat.w, steps_per_epoch, num_samples=len(data.y_train))
-    return Setup(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps, out)
+    resumed = checkpoint.open_for_resume(cfg, found, comm.rank, comm.world_size, flat.dim) if found else None
+    return Setup(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps, out, resumed)
 
 
-def train(s: Setup) -> dict:
-    """The loop: local step → strategy (maybe sync) → evaluate on schedule → record."""
-    from .metrics import open_run_file
+@dataclass
+class Progress:
+    """The loop's own bookkeeping, saved in checkpoints beside the model and strategy."""
+
+    step: int = 0
+    running_loss: float = 0.0
+    last_eval: int = 0
+    eval_seconds: float = 0.0
+    wall_seconds: float = 0.0  # before this process started (earlier segments of a resumed run)
+    bytes_before: dict | None = None  # counters when training started
+    result: dict | None = None
+
+
+def rank_state(s: Setup, progress: Progress) -> dict:
+    """Everything this rank needs to continue bit for bit (see :mod:`fdahpc.checkpoint`)."""
+    import torch
+
+    return {
+        "w": s.flat.w.clone(),
+        "buffers": {name: b.clone() for name, b in s.model.named_buffers()},
+        "optimizer": s.optimizer.state_dict(),
+        "strategy": s.strategy.state_dict(),
+        "batches": s.batches.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "comm": s.comm.state_dict(),
+        "progress": dict(progress.__dict__),
+    }
+
+
+def load_rank_state(s: Setup, state: dict) -> Progress:
+    import torch
+
+    s.flat.w.copy_(state["w"])
+    buffers = dict(s.model.named_buffers())
+    for name, value in state["buffers"].items():
+        buffers[name].copy_(value)
+    s.optimizer.load_state_dict(state["optimizer"])
+    s.strategy.load_state_dict(state["strategy"])
+    s.batches.load_state_dict(state["batches"])
+    torch.set_rng_state(state["torch_rng"])
+    s.comm.load_state_dict(state["comm"])
+    return Progress(**state["progress"])
+
+
+def _poison(model) -> None:
+    """FDAHPC_FAULT=nan@STEP:RANK: this rank's parameters become NaN (a real divergence)."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+
+
+def train(s: Setup, stop=None) -> dict:
+    """The loop: local step → strategy (maybe sync) → evaluate on schedule → record.
+
+    Every ``--stop-check-every`` steps the ranks agree on signals and divergence
+    (:mod:`fdahpc.control`); checkpoints are written every ``--checkpoint-every`` steps,
+    when a signal stops the run, and at its end.
+    """
+    import torch
+
+    from . import checkpoint, faults
+    from .control import Diverged, agree
+    from .metrics import RunFile, open_run_file
     from .worker import local_steps
 
     cfg, comm, strategy = s.cfg, s.comm, s.strategy
-    # The same initial model everywhere, whatever the platform's RNG does.
-    comm.bcast_(s.flat.w, "control")
-    strategy.reset()
     attrs = dict(
         strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, partition=cfg.partition,
         world_size=comm.world_size, workers=comm.world_size, params=s.flat.dim,
         target_accuracy=cfg.target_accuracy or -1.0, steps_per_epoch=s.steps_per_epoch,
         state_bytes=strategy.trigger.state_bytes, config=cfg.to_json(),
     )
-    run = open_run_file(s.out, comm.is_root, attrs)
+    if s.resumed is None:
+        # The same initial model everywhere, whatever the platform's RNG does.
+        comm.bcast_(s.flat.w, "control")
+        strategy.reset()
+        progress = Progress(bytes_before=dict(comm.bytes_sent),  # the communicator may have served earlier runs
+                            result=dict(steps_to_target=-1, comm_bytes_to_target=-1,
+                                        final_accuracy=float("nan"), final_loss=float("nan")))
+        run = open_run_file(s.out, comm.is_root, attrs)
+    else:
+        progress = load_rank_state(s, s.resumed.state)
+        manifest = s.resumed.manifest
+        run = (RunFile.resume(s.out, attrs, manifest["run_rows"], source=manifest["run_file"]) if comm.is_root
+               else open_run_file(s.out, False, attrs))
+        if comm.is_root:
+            log.info("resumed from %s at step %d", s.resumed.folder, progress.step)
+    result = progress.result
+    nan_step = faults.nan_at(comm.rank)
+    identity = checkpoint.identity(cfg, comm.world_size, s.flat.dim)
 
     def sent(purpose: str) -> int:
-        return comm.bytes_sent[purpose] - bytes_before[purpose]
+        return comm.bytes_sent[purpose] - progress.bytes_before[purpose]
 
-    result = dict(steps_to_target=-1, comm_bytes_to_target=-1, final_accuracy=float("nan"), final_loss=float("nan"))
-    start = time.perf_counter()
-    running_loss, last_eval, eval_seconds = 0.0, 0, 0.0
-    bytes_before = dict(comm.bytes_sent)  # the communicator may have served earlier runs
+    def evaluate(step: int) -> float:
+        t_eval = time.perf_counter()
+        acc, test_loss = s.evaluator.evaluate(s.flat.w, s.model)
+        progress.eval_seconds += time.perf_counter() - t_eval
+        progress.last_eval = step
+        s.model.train()
+        for name, value in (("eval/step", step), ("eval/accuracy", acc), ("eval/loss", test_loss),
+                            ("eval/comm_bytes", strategy.comm_bytes()), ("eval/wall_seconds", elapsed())):
+            run.append(name, value)
+        run.flush()
+        result.update(final_accuracy=acc, final_loss=test_loss)
+        if comm.is_root:
+            log.info("eval  step %d  epoch %.2f  accuracy %.4f  loss %.4f  syncs %d  comm %.4f GB",
+                     step, step / s.steps_per_epoch, acc, test_loss, strategy.syncs, strategy.comm_bytes() / 1e9)
+        return acc
+
+    def save_checkpoint(step: int) -> str | None:
+        """Collective; None (and a warning) when a rank could not write, e.g. a full disk."""
+        run.flush()
+        progress.wall_seconds = elapsed()
+        try:
+            folder = checkpoint.save(comm, cfg.checkpoint_dir, step, rank_state(s, progress),
+                                     dict(identity, run_file=os.path.abspath(s.out), run_rows=run.rows()))
+        except checkpoint.CheckpointError as exc:
+            if comm.is_root:
+                log.warning("fdahpc.train: warning: %s", exc)
+            return None
+        if comm.is_root:
+            log.info("checkpoint step %d -> %s", step, folder)
+        return folder
+
+    started = time.perf_counter()
+    wall_before = progress.wall_seconds
+
+    def elapsed() -> float:
+        return wall_before + time.perf_counter() - started
+
+    status, exit_code, stopped_by, diverged_at, folder = "failed", 0, None, None, None
     s.model.train()
     try:
-        for step in range(1, s.total_steps + 1):
+        for step in range(progress.step + 1, s.total_steps + 1):
             if strategy.participating:  # a worker left out of this round keeps the global model
-                running_loss += local_steps(s.model, s.batches, 1, s.optimizer.step, s.optimizer.zero_grad)
+                loss = local_steps(s.model, s.batches, 1, s.optimizer.step, s.optimizer.zero_grad)
+                progress.running_loss += loss
+                if step == nan_step:
+                    _poison(s.model)
+                if not math.isfinite(loss) and diverged_at is None:
+                    diverged_at = step
             if strategy.after_step():
                 run.append("sync/step", step)
             for name, value in strategy.records():
                 run.append(name, value)
             if comm.is_root and step % cfg.log_every == 0:
                 log.info("step %d  epoch %.2f  loss %.4f  syncs %d  comm %.4f GB",
-                         step, step / s.steps_per_epoch, running_loss / cfg.log_every, strategy.syncs, strategy.comm_bytes() / 1e9)
-                running_loss = 0.0
-            due = step % s.steps_per_epoch == 0 or (cfg.eval_every and step % cfg.eval_every == 0) or step == s.total_steps
-            if not due:
-                continue
-            t_eval = time.perf_counter()
-            acc, test_loss = s.evaluator.evaluate(s.flat.w, s.model)
-            eval_seconds += time.perf_counter() - t_eval
-            last_eval = step
-            s.model.train()
-            run.append("eval/step", step)
-            run.append("eval/accuracy", acc)
-            run.append("eval/loss", test_loss)
-            run.append("eval/comm_bytes", strategy.comm_bytes())
-            run.append("eval/wall_seconds", time.perf_counter() - start)
-            run.flush()
-            result.update(final_accuracy=acc, final_loss=test_loss)
-            if comm.is_root:
-                log.info("eval  step %d  epoch %.2f  accuracy %.4f  loss %.4f  syncs %d  comm %.4f GB",
-                         step, step / s.steps_per_epoch, acc, test_loss, strategy.syncs, strategy.comm_bytes() / 1e9)
-            if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
+                         step, step / s.steps_per_epoch, progress.running_loss / cfg.log_every, strategy.syncs, strategy.comm_bytes() / 1e9)
+                progress.running_loss = 0.0
+            scheduled = step % s.steps_per_epoch == 0 or (cfg.eval_every and step % cfg.eval_every == 0)
+            acc = evaluate(step) if scheduled else None
+            progress.step = step
+            last = step == s.total_steps
+            if step % cfg.stop_check_every == 0 or last:
+                if diverged_at is None and not bool(torch.isfinite(s.flat.w).all()):
+                    diverged_at = step
+                verdict = agree(comm, stop is not None and stop.requested, diverged_at)
+                if verdict.diverged_rank is not None:
+                    status = "diverged"
+                    raise Diverged(f"diverged: NaN or Inf on rank {verdict.diverged_rank} at step {verdict.diverged_step} "
+                                   f"(strategy {cfg.strategy}); run file {s.out} flushed up to step {progress.last_eval}; "
+                                   "lower --lr or resume from an earlier checkpoint")
+                if verdict.stop:
+                    stopped_by = (stop.signal_name if stop is not None and stop.requested else None) or "a signal on another rank"
+                    break
+            if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or (last and cfg.checkpoint_dir):
+                folder = save_checkpoint(step)
+            if last and not scheduled:
+                acc = evaluate(step)  # the run's end, after its checkpoint: a longer resumed run does not repeat it
+            if cfg.target_accuracy is not None and acc is not None and acc >= cfg.target_accuracy:
                 result.update(steps_to_target=step, comm_bytes_to_target=strategy.comm_bytes())
+                if cfg.checkpoint_dir and not last:
+                    folder = save_checkpoint(step)
                 break
+        if stopped_by is not None and cfg.checkpoint_dir:
+            folder = save_checkpoint(progress.step)
+        if stopped_by is not None:
+            status = "stopped"
+            if folder is None:
+                exit_code = 1 if cfg.checkpoint_dir else 0
+            if comm.is_root:
+                where = f"checkpoint {folder}; continue with --resume auto --checkpoint-dir {cfg.checkpoint_dir}" if folder else (
+                    "the checkpoint failed; see the warning above" if cfg.checkpoint_dir else "no --checkpoint-dir, so nothing to resume from")
+                log.info("fdahpc.train: stopped by %s at step %d: %s", stopped_by, progress.step, where)
+        else:
+            status = "finished"
         result.update(
             steps=strategy.steps, syncs=strategy.syncs, comm_bytes=strategy.comm_bytes(),
             comm_bytes_rank0=sent("sync") + sent("monitor"),
             comm_bytes_monitor_rank0=sent("monitor"), comm_bytes_eval_rank0=sent("eval"),
-            wall_seconds=time.perf_counter() - start, eval_seconds=eval_seconds, last_eval_step=last_eval,
+            wall_seconds=elapsed(), eval_seconds=progress.eval_seconds, last_eval_step=progress.last_eval,
+            stopped_at=progress.step if stopped_by else -1,
         )
         run.set_attrs(**result)
         run.write_array("final/model", s.flat.w.numpy())
     finally:
-        run.close()
-    if comm.is_root:
+        run.close(status)
+    if comm.is_root and status == "finished":
         log.info("done: %d steps, %d syncs, %.4f GB training communication, final accuracy %.4f, %.1f s -> %s",
                  result["steps"], result["syncs"], result["comm_bytes"] / 1e9, result["final_accuracy"], result["wall_seconds"], s.out)
-    return result
+    return dict(result, exit_code=exit_code)

@@ -7,9 +7,11 @@
 ``--mode sync`` runs the SPMD loop of :mod:`fdahpc.sync_loop` (every rank a worker);
 ``--mode semiasync`` the rank-0 coordinator of :mod:`fdahpc.semiasync`.
 
-Setup errors (bad flags, missing data, an unwritable ``--out``) are agreed on by all
-ranks and reported as one line with exit code 2; an exception during training on any
-rank prints its traceback and aborts the whole job, so no rank waits forever.
+Setup errors (bad flags, missing data, an unwritable ``--out``, a checkpoint of another
+run) are agreed on by all ranks and reported as one line with exit code 2; an exception
+during training on any rank prints its traceback and aborts the whole job, so no rank
+waits forever. SIGTERM/SIGUSR1 stop every rank at the same step after a checkpoint
+(exit 0); a NaN or Inf on any rank ends the run on all of them (exit 3).
 """
 
 from __future__ import annotations
@@ -68,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:
             comm = None
         return _fail_setup(comm, [str(exc)])
+    from .control import Diverged, StopRequest
+
     _limit_threads(cfg.threads)
+    stop = StopRequest().install()  # before setup: a signal during it stops at the first check
     comm = make_communicator(cfg.backend)
     logging.basicConfig(level=logging.INFO if comm.is_root else logging.WARNING, format="%(message)s", stream=sys.stdout)
     try:
@@ -85,13 +90,17 @@ def main(argv: list[str] | None = None) -> int:
         errors = comm.allgather_obj(error)  # all ranks agree before anyone trains
         if any(e is not None for e in errors):
             return _fail_setup(comm, errors)
-        run(setup)
+        result = run(setup, stop)
+    except Diverged as exc:  # every rank raises it at the same step
+        if comm.is_root:
+            print(f"fdahpc.train: {exc}", file=sys.stderr, flush=True)
+        return Diverged.exit_code
     except BaseException:
         if comm.world_size == 1:
             raise
         print(f"[rank {comm.rank}] fdahpc.train failed; aborting the job\n{traceback.format_exc()}", file=sys.stderr, flush=True)
         comm.abort(1)
-    return 0
+    return result.get("exit_code", 0)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,14 @@ class BatchStream:
     def __len__(self) -> int:
         return len(self.y)
 
+    def state_dict(self) -> dict:
+        """The shuffling generator and what is left of the current permutation."""
+        return {"generator": self.gen.get_state(), "order": self.order.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.set_state(state["generator"])
+        self.order = state["order"].clone()
+
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         while len(self.order) < self.batch_size:
             self.order = torch.cat([self.order, torch.randperm(len(self.y), generator=self.gen)])

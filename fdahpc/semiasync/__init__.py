@@ -127,7 +127,7 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
     return SemiAsyncSetup(cfg, comm, model, flat, role, out)
 
 
-def run(s: SemiAsyncSetup) -> dict:
+def run(s: SemiAsyncSetup, stop=None) -> dict:
     """Serve (rank 0) or host clients until the last round; rank 0 writes the run file."""
     from ..metrics import open_run_file
 
