@@ -21,6 +21,7 @@ NumPy arrays round-trip (stored as tensors, tagged).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -108,25 +109,6 @@ def _restore(obj: Any) -> Any:
 
 # Writing -------------------------------------------------------------------------------
 
-class _HashingWriter:
-    """A file object that hashes what passes through it (one pass over the bytes)."""
-
-    def __init__(self, f, kill_at: int | None) -> None:
-        self.f, self.sha, self.nbytes, self.kill_at = f, hashlib.sha256(), 0, kill_at
-
-    def write(self, data) -> int:
-        if self.kill_at is not None and self.nbytes + len(data) > self.kill_at:
-            self.f.write(bytes(data)[: max(0, self.kill_at - self.nbytes)])
-            self.f.flush()
-            faults.kill_self()  # a test's kill mid-write (FDAHPC_FAULT=kill-checkpoint@...)
-        self.sha.update(data)
-        self.nbytes += len(data)
-        return self.f.write(data)
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -135,13 +117,18 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: str, write, kill_at: int | None = None) -> tuple[int, str]:
-    """``write(fileobj)`` into ``path`` via a temporary name, fsync and rename; (bytes, sha256)."""
+def _write_atomic(path: str, data: bytes, kill_at: int | None = None) -> str:
+    """``data`` into ``path`` via a temporary name, fsync and rename; returns its SHA-256.
+
+    Plain OS writes of a finished buffer, so a full disk surfaces as the OSError it is."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
-            w = _HashingWriter(f, kill_at)
-            write(w)
+            if kill_at is not None:  # a test's kill mid-write (FDAHPC_FAULT=kill-checkpoint@...)
+                f.write(data[:kill_at])
+                f.flush()
+                faults.kill_self()
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -149,7 +136,13 @@ def _write_atomic(path: str, write, kill_at: int | None = None) -> tuple[int, st
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return w.nbytes, w.sha.hexdigest()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _serialize(state: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(_plain(state), buf)
+    return buf.getbuffer()
 
 
 def save(comm, root: str, position: int, state: dict, meta: dict, keep: int = 2) -> str:
@@ -164,9 +157,9 @@ def save(comm, root: str, position: int, state: dict, meta: dict, keep: int = 2)
     try:
         os.makedirs(folder, exist_ok=True)
         name = _rank_file(comm.rank)
-        nbytes, sha = _write_atomic(os.path.join(folder, name), lambda f: torch.save(_plain(state), f),
-                                    faults.checkpoint_kill_offset(position, comm.rank))
-        mine = (name, nbytes, sha)
+        data = _serialize(state)
+        sha = _write_atomic(os.path.join(folder, name), data, faults.checkpoint_kill_offset(position, comm.rank))
+        mine = (name, len(data), sha)
     except OSError as exc:
         error, mine = f"rank {comm.rank}: {exc.strerror or exc} ({exc.filename or folder})", None
     reports = comm.allgather_obj((error, mine))
@@ -175,7 +168,7 @@ def save(comm, root: str, position: int, state: dict, meta: dict, keep: int = 2)
         manifest = dict(format=FORMAT, version=VERSION, position=position, written=time.time(), **meta,
                         files={n: {"bytes": b, "sha256": s} for n, b, s in (m for _, m in reports)})
         try:
-            _write_atomic(os.path.join(folder, MANIFEST), lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+            _write_atomic(os.path.join(folder, MANIFEST), json.dumps(manifest, indent=1).encode())
             _fsync_dir(root)
         except OSError as exc:
             failed.append(f"rank 0: {exc.strerror or exc} (manifest)")
@@ -272,8 +265,6 @@ def load_rank(folder: str, manifest: dict, rank: int) -> dict:
     if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise CheckpointError(f"--resume {folder}: {name} does not match its manifest (truncated or modified); "
                               "resume from an older checkpoint")
-    import io
-
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # the unpickler refuses anything but tensors and plain values

@@ -37,7 +37,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-__all__ = ["RunFile", "NullRunFile", "open_run_file", "check_writable"]
+__all__ = ["RunFile", "NullRunFile", "open_run_file", "check_writable", "read_run_file"]
 
 
 def check_writable(path: str) -> None:
@@ -160,3 +160,24 @@ class NullRunFile:
 
 def open_run_file(path: str, is_root: bool, attrs: dict[str, Any]) -> RunFile | NullRunFile:
     return RunFile(path, attrs) if is_root else NullRunFile()
+
+
+def read_run_file(path: str, names) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Root attributes and the series ``names`` of a run file (finished or still being
+    written; a series not written yet is empty). ``ValueError`` with one line when the file
+    is missing, damaged or not an fdahpc run file. Reads data only: no pickles anywhere."""
+    if not os.path.isfile(path):
+        raise ValueError(f"run file {path}: not found; give the --out file of a python -m fdahpc.train run")
+    if not h5py.is_hdf5(path):
+        raise ValueError(f"run file {path}: not an HDF5 file; give the --out file of a python -m fdahpc.train run")
+    try:
+        with h5py.File(path, "r") as h5:
+            attrs = dict(h5.attrs)
+            if "strategy" not in attrs:
+                raise ValueError(f"run file {path}: not an fdahpc run file (lacks the 'strategy' attribute); "
+                                 "give a file written by python -m fdahpc.train")
+            series = {name: np.asarray(h5[name][()]) if name in h5 else np.zeros(0) for name in names}
+    except (OSError, KeyError, TypeError) as exc:
+        raise ValueError(f"run file {path}: damaged or truncated ({type(exc).__name__}: {exc}); "
+                         "use the last complete copy or re-run") from None
+    return attrs, series

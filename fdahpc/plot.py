@@ -92,22 +92,14 @@ def _config(attrs) -> dict:
 
 def read_run(path: str) -> Run:
     """Load the evaluation series of one run file; ``ValueError`` when it is not one."""
-    import h5py
+    from .metrics import read_run_file
 
-    if not os.path.isfile(path):
-        raise ValueError(f"run file {path}: not found; give the --out file of a python -m fdahpc.train run")
-    if not h5py.is_hdf5(path):
-        raise ValueError(f"run file {path}: not an HDF5 file; give the --out file of a python -m fdahpc.train run")
-    with h5py.File(path, "r") as h5:
-        mode = _text(h5.attrs.get("mode", "sync"))
-        acc_name, panels = _PANELS.get(mode, _PANELS["sync"])
-        names = (acc_name, *(name for name, _ in panels))
-        missing = [name for name in names if name not in h5]
-        if "strategy" not in h5.attrs or missing:
-            what = ", ".join(missing) if missing else "the 'strategy' attribute"
-            raise ValueError(f"run file {path}: not an fdahpc run file (lacks {what}); give a file written by python -m fdahpc.train")
-        attrs = dict(h5.attrs)
-        acc, *xs = (np.asarray(h5[name][()], dtype=np.float64) for name in names)
+    attrs, _ = read_run_file(path, ())
+    mode = _text(attrs.get("mode", "sync"))
+    acc_name, panels = _PANELS.get(mode, _PANELS["sync"])
+    names = (acc_name, *(name for name, _ in panels))
+    _, series = read_run_file(path, names)
+    acc, *xs = (np.asarray(series[name], dtype=np.float64) for name in names)
     scored = ~np.isnan(acc)  # semi-asynchronous runs may score every few rounds only
     xs = [x[scored] / (1e9 if name.endswith("comm_bytes") else 1) for x, (name, _) in zip(xs, panels)]
     target = _float_or_none(attrs.get("target_accuracy"))

@@ -241,10 +241,9 @@ def train(s: Setup, stop=None) -> dict:
                 log.info("step %d  epoch %.2f  loss %.4f  syncs %d  comm %.4f GB",
                          step, step / s.steps_per_epoch, progress.running_loss / cfg.log_every, strategy.syncs, strategy.comm_bytes() / 1e9)
                 progress.running_loss = 0.0
-            scheduled = step % s.steps_per_epoch == 0 or (cfg.eval_every and step % cfg.eval_every == 0)
-            acc = evaluate(step) if scheduled else None
             progress.step = step
             last = step == s.total_steps
+            verdict = None
             if step % cfg.stop_check_every == 0 or last:
                 if diverged_at is None and not bool(torch.isfinite(s.flat.w).all()):
                     diverged_at = step
@@ -254,9 +253,11 @@ def train(s: Setup, stop=None) -> dict:
                     raise Diverged(f"diverged: NaN or Inf on rank {verdict.diverged_rank} at step {verdict.diverged_step} "
                                    f"(strategy {cfg.strategy}); run file {s.out} flushed up to step {progress.last_eval}; "
                                    "lower --lr or resume from an earlier checkpoint")
-                if verdict.stop:
-                    stopped_by = (stop.signal_name if stop is not None and stop.requested else None) or "a signal on another rank"
-                    break
+            scheduled = step % s.steps_per_epoch == 0 or (cfg.eval_every and step % cfg.eval_every == 0)
+            acc = evaluate(step) if scheduled else None
+            if verdict is not None and verdict.stop:
+                stopped_by = (stop.signal_name if stop is not None and stop.requested else None) or "a signal on another rank"
+                break
             if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or (last and cfg.checkpoint_dir):
                 folder = save_checkpoint(step)
             if last and not scheduled:

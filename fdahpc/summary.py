@@ -1,0 +1,97 @@
+"""One line per run file, for finished runs and runs still being written alike.
+
+    python -m fdahpc.summary runs/*.h5
+
+Columns: status, strategy, K (workers; semi-asynchronous: clients N and buffer K), steps
+(rounds), synchronizations, training GB, the last test accuracy, and where the target
+accuracy was first reached. Everything is computed from the series, so a running job's
+line is as current as its last flush (each evaluation).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["Summary", "summarize", "main"]
+
+_SERIES = ("eval/step", "eval/accuracy", "eval/comm_bytes", "sync/step",
+           "round/version", "round/accuracy", "round/bytes")
+
+
+class Summary(NamedTuple):
+    path: str
+    status: str
+    strategy: str
+    workers: str
+    steps: int
+    syncs: int
+    gigabytes: float
+    accuracy: float
+    target: str  # "0.88@1900", "0.88 no" or "-"
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _reached(target: float, x: np.ndarray, acc: np.ndarray) -> str:
+    if not target > 0:
+        return "-"
+    hit = np.flatnonzero(acc >= target)
+    return f"{target:g}@{int(x[hit[0]])}" if len(hit) else f"{target:g} no"
+
+
+def summarize(path: str) -> Summary:
+    """The summary line of one run file; ``ValueError`` (one line) for a bad file."""
+    from .metrics import read_run_file
+
+    attrs, s = read_run_file(path, _SERIES)
+    status = _text(attrs.get("status", "finished"))  # files written before the status existed
+    target = float(attrs.get("target_accuracy", -1.0) or -1.0)
+    strategy = _text(attrs["strategy"])
+    if _text(attrs.get("mode", "sync")) == "semiasync":
+        rounds, acc = s["round/version"], s["round/accuracy"].astype(np.float64)
+        scored = ~np.isnan(acc)
+        return Summary(path, status, strategy, f"N={attrs.get('clients')} K={attrs.get('buffer')}",
+                       int(rounds[-1]) if len(rounds) else 0, len(rounds), float(s["round/bytes"].sum()) / 1e9,
+                       float(acc[scored][-1]) if scored.any() else float("nan"),
+                       _reached(target, rounds[scored], acc[scored]))
+    steps, acc = s["eval/step"], s["eval/accuracy"]
+    return Summary(path, status, strategy, str(attrs.get("workers", attrs.get("world_size", "?"))),
+                   int(steps[-1]) if len(steps) else 0, len(s["sync/step"]),
+                   float(s["eval/comm_bytes"][-1]) / 1e9 if len(steps) else 0.0,
+                   float(acc[-1]) if len(acc) else float("nan"), _reached(target, steps, acc))
+
+
+def format_table(rows: Sequence[Summary]) -> str:
+    header = ("status", "strategy", "K", "steps", "syncs", "GB", "accuracy", "target", "file")
+    lines = [header] + [(r.status, r.strategy, r.workers, str(r.steps), str(r.syncs), f"{r.gigabytes:.4f}",
+                         f"{r.accuracy:.4f}", r.target, r.path) for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(line, widths)), line[-1]]) for line in lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip().splitlines()[0] + "\nusage: python -m fdahpc.summary RUN.h5 [RUN.h5 ...]",
+              file=sys.stderr if not args else sys.stdout)
+        return 2 if not args else 0
+    rows, code = [], 0
+    for path in args:
+        try:
+            rows.append(summarize(path))
+        except ValueError as exc:
+            print(f"fdahpc.summary: {exc}", file=sys.stderr)
+            code = 2
+    if rows:
+        print(format_table(rows))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
