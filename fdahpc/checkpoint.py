@@ -8,25 +8,28 @@ Layout of ``--checkpoint-dir DIR``::
 A checkpoint is complete when its manifest exists: every rank writes its file under a
 temporary name, fsyncs and renames it; the ranks then agree that all of them succeeded,
 and only then does rank 0 write the manifest (again temporary name, fsync, rename). The
-manifest names each file with its size and SHA-256, the run's identity (mode, world size,
+manifest names each file with its size and CRC-32, the run's identity (mode, world size,
 strategy, model, dataset, ...), and the run file's row counts. Rank 0 keeps the newest
 ``keep`` complete checkpoints and removes older ones and any incomplete leftovers.
 
 Files are data, never code: rank files are ``torch.save`` archives of tensors and plain
-Python values, read back with ``torch.load(weights_only=True)`` after their checksum
-matched the manifest, so a truncated, tampered or foreign file is refused with one line.
+Python values, read back with ``torch.load(weights_only=True)``, which refuses any other
+object, after their size and checksum matched the manifest, so a truncated, damaged or
+foreign file is refused with one line. The checksum guards against damage, not against
+someone who also rewrites the manifest; what keeps a crafted file from running code is
+``weights_only``.
 NumPy arrays round-trip (stored as tensors, tagged).
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import re
 import shutil
 import time
+import zlib
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -117,32 +120,53 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: str, data: bytes, kill_at: int | None = None) -> str:
-    """``data`` into ``path`` via a temporary name, fsync and rename; returns its SHA-256.
+class _Writer:
+    """The file torch.save streams into: checksums what passes (CRC-32, 3 GB/s), keeps the OSError a full disk
+    raises (torch would report it as a RuntimeError), and can cut the write short for a
+    test's kill (FDAHPC_FAULT=kill-checkpoint@...)."""
 
-    Plain OS writes of a finished buffer, so a full disk surfaces as the OSError it is."""
+    def __init__(self, f, kill_at: int | None) -> None:
+        self.f, self.crc, self.nbytes, self.kill_at = f, 0, 0, kill_at
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        if self.kill_at is not None and self.nbytes + len(data) > self.kill_at:
+            self.f.write(bytes(data)[: self.kill_at - self.nbytes])
+            self.f.flush()
+            faults.kill_self()
+        try:
+            n = self.f.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+        self.crc = zlib.crc32(data, self.crc)
+        self.nbytes += len(data)
+        return n
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _write_atomic(path: str, dump, kill_at: int | None = None) -> tuple[int, str]:
+    """``dump(fileobj)`` into ``path`` via a temporary name, fsync and rename; (bytes, CRC-32)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
-            if kill_at is not None:  # a test's kill mid-write (FDAHPC_FAULT=kill-checkpoint@...)
-                f.write(data[:kill_at])
+            w = _Writer(f, kill_at)
+            try:
+                dump(w)
                 f.flush()
-                faults.kill_self()
-            f.write(data)
-            f.flush()
+            except Exception:
+                if w.error is not None:
+                    raise w.error from None
+                raise
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return hashlib.sha256(data).hexdigest()
-
-
-def _serialize(state: dict) -> bytes:
-    buf = io.BytesIO()
-    torch.save(_plain(state), buf)
-    return buf.getbuffer()
+    return w.nbytes, w.crc
 
 
 def save(comm, root: str, position: int, state: dict, meta: dict, keep: int = 2) -> str:
@@ -157,18 +181,18 @@ def save(comm, root: str, position: int, state: dict, meta: dict, keep: int = 2)
     try:
         os.makedirs(folder, exist_ok=True)
         name = _rank_file(comm.rank)
-        data = _serialize(state)
-        sha = _write_atomic(os.path.join(folder, name), data, faults.checkpoint_kill_offset(position, comm.rank))
-        mine = (name, len(data), sha)
+        nbytes, crc = _write_atomic(os.path.join(folder, name), lambda f: torch.save(_plain(state), f),
+                                    faults.checkpoint_kill_offset(position, comm.rank))
+        mine = (name, nbytes, crc)
     except OSError as exc:
         error, mine = f"rank {comm.rank}: {exc.strerror or exc} ({exc.filename or folder})", None
     reports = comm.allgather_obj((error, mine))
     failed = [e for e, _ in reports if e is not None]
     if not failed and comm.is_root:
         manifest = dict(format=FORMAT, version=VERSION, position=position, written=time.time(), **meta,
-                        files={n: {"bytes": b, "sha256": s} for n, b, s in (m for _, m in reports)})
+                        files={n: {"bytes": b, "crc32": c} for n, b, c in (m for _, m in reports)})
         try:
-            _write_atomic(os.path.join(folder, MANIFEST), json.dumps(manifest, indent=1).encode())
+            _write_atomic(os.path.join(folder, MANIFEST), lambda f: f.write(json.dumps(manifest, indent=1).encode()))
             _fsync_dir(root)
         except OSError as exc:
             failed.append(f"rank 0: {exc.strerror or exc} (manifest)")
@@ -251,7 +275,7 @@ def check_identity(manifest: dict, expected: dict, folder: str) -> None:
 
 
 def load_rank(folder: str, manifest: dict, rank: int) -> dict:
-    """This rank's state, after checking its size and SHA-256 against the manifest."""
+    """This rank's state, after checking its size and CRC-32 against the manifest."""
     name = _rank_file(rank)
     entry = manifest.get("files", {}).get(name)
     path = os.path.join(folder, name)
@@ -262,7 +286,7 @@ def load_rank(folder: str, manifest: dict, rank: int) -> dict:
             data = f.read()
     except OSError as exc:
         raise CheckpointError(f"--resume {folder}: cannot read {name} ({exc.strerror}); resume from an older checkpoint") from None
-    if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+    if len(data) != entry.get("bytes") or zlib.crc32(data) != entry.get("crc32"):
         raise CheckpointError(f"--resume {folder}: {name} does not match its manifest (truncated or modified); "
                               "resume from an older checkpoint")
     try:

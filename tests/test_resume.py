@@ -63,6 +63,16 @@ def test_resume_refuses_another_world_size_or_strategy(tmp_path):
         assert needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 
 
+def test_corrupt_checkpoint_is_refused_with_one_line(tmp_path):
+    ck = tmp_path / "ck"
+    assert _train(tmp_path, "a", "--strategy", "fedavg", "--max-steps", "10", "--checkpoint-dir", str(ck)).returncode == 0
+    rank_file = ck / "ckpt-000000010" / "rank-00001.pt"
+    rank_file.write_bytes(rank_file.read_bytes()[:-1000])
+    proc = run_python([*BASE, "--strategy", "fedavg", "--max-steps", "20", "--resume", str(ck)], ranks=2)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "rank-00001.pt does not match its manifest" in proc.stderr, proc.stderr
+
+
 def test_kill_during_checkpoint_write_resumes_from_the_previous_one(tmp_path):
     ck = str(tmp_path / "ck")
     args = ["--strategy", "linearfda", "--theta", "0.3", "--max-steps", "30"]

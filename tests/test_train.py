@@ -114,6 +114,9 @@ BAD_INPUT = [
     (["--out", "/proc/fdahpc/run.h5"], "--out /proc/fdahpc/run.h5"),
     (["--bogus-flag"], "--bogus-flag"),
     (["--lr", "fast"], "--lr"),
+    (["--checkpoint-dir", "/proc/fdahpc/ck"], "--checkpoint-dir /proc/fdahpc/ck: not writable"),
+    (["--checkpoint-every", "10"], "--checkpoint-every: needs --checkpoint-dir"),
+    (["--resume", "/nonexistent/ck"], "--resume /nonexistent/ck: no complete checkpoint"),
 ]
 
 
