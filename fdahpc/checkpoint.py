@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -38,13 +39,14 @@ import torch
 from . import faults
 
 __all__ = ["MANIFEST", "CheckpointError", "Resumed", "identity", "check_folder", "save", "latest", "resolve",
-           "read_manifest", "check_identity", "load_rank", "find", "open_for_resume"]
+           "read_manifest", "check_identity", "load_rank", "find", "open_for_resume", "save_or_warn"]
 
 MANIFEST = "manifest.json"
 FORMAT = "fdahpc-checkpoint"
 VERSION = 1
 _NAME = re.compile(r"^ckpt-(\d{9})$")
 _NDARRAY = "__ndarray__"
+log = logging.getLogger("fdahpc")
 
 
 class CheckpointError(ValueError):
@@ -203,6 +205,20 @@ def save(comm, root: str, position: int, state: dict, meta: dict, keep: int = 2)
         raise CheckpointError(f"checkpoint {folder} not written: {failed[0]}; the previous checkpoint is kept")
     if comm.is_root:
         _prune(root, keep)
+    return folder
+
+
+def save_or_warn(comm, root: str, position: int, state: dict, meta: dict, unit: str = "step") -> str | None:
+    """:func:`save`, where a failure (a full disk) is one warning line on rank 0 and None:
+    the run goes on and the previous checkpoint stays."""
+    try:
+        folder = save(comm, root, position, state, meta)
+    except CheckpointError as exc:
+        if comm.is_root:
+            log.warning("fdahpc.train: warning: %s", exc)
+        return None
+    if comm.is_root:
+        log.info("checkpoint %s %d -> %s", unit, position, folder)
     return folder
 
 

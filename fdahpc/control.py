@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["STOP_SIGNALS", "Diverged", "StopRequest", "Verdict", "agree"]
+__all__ = ["STOP_SIGNALS", "Diverged", "StopRequest", "Verdict", "agree", "stopped"]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -68,3 +68,15 @@ def agree(comm, stop_requested: bool, diverged_step: int | None) -> Verdict:
         step, rank = min(bad)
         return Verdict(True, rank, step)
     return Verdict(bool(rows[:, 0].any()))
+
+
+def stopped(by: str, unit: str, position: int, folder: str | None, checkpoint_dir: str | None) -> tuple[str, int]:
+    """The line a run stopped by a signal logs, and its exit code: 0, or 1 when the
+    checkpoint it was asked to write failed (the previous one is still there)."""
+    if folder is not None:
+        where, code = f"checkpoint {folder}; continue with --resume auto --checkpoint-dir {checkpoint_dir}", 0
+    elif checkpoint_dir is not None:
+        where, code = "the checkpoint failed (see the warning above); the previous one is kept", 1
+    else:
+        where, code = "no --checkpoint-dir, so nothing to resume from", 0
+    return f"fdahpc.train: stopped by {by} at {unit} {position}: {where}", code

@@ -158,8 +158,15 @@ class NullRunFile:
         pass
 
 
-def open_run_file(path: str, is_root: bool, attrs: dict[str, Any]) -> RunFile | NullRunFile:
-    return RunFile(path, attrs) if is_root else NullRunFile()
+def open_run_file(path: str, is_root: bool, attrs: dict[str, Any], resumed=None) -> RunFile | NullRunFile:
+    """Rank 0's run file (a new one, or with ``resumed`` — a :class:`fdahpc.checkpoint.Resumed`
+    — the one its checkpoint names, continued); the other ranks get a NullRunFile."""
+    if not is_root:
+        return NullRunFile()
+    if resumed is None:
+        return RunFile(path, attrs)
+    manifest = resumed.manifest
+    return RunFile.resume(path, attrs, manifest["run_rows"], source=manifest["run_file"])
 
 
 def read_run_file(path: str, names) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -152,8 +152,8 @@ def train(s: Setup, stop=None) -> dict:
     import torch
 
     from . import checkpoint, faults
-    from .control import Diverged, agree
-    from .metrics import RunFile, open_run_file
+    from .control import Diverged, agree, stopped
+    from .metrics import open_run_file
     from .worker import local_steps
 
     cfg, comm, strategy = s.cfg, s.comm, s.strategy
@@ -170,14 +170,11 @@ def train(s: Setup, stop=None) -> dict:
         progress = Progress(bytes_before=dict(comm.bytes_sent),  # the communicator may have served earlier runs
                             result=dict(steps_to_target=-1, comm_bytes_to_target=-1,
                                         final_accuracy=float("nan"), final_loss=float("nan")))
-        run = open_run_file(s.out, comm.is_root, attrs)
     else:
         progress = load_rank_state(s, s.resumed.state)
-        manifest = s.resumed.manifest
-        run = (RunFile.resume(s.out, attrs, manifest["run_rows"], source=manifest["run_file"]) if comm.is_root
-               else open_run_file(s.out, False, attrs))
         if comm.is_root:
             log.info("resumed from %s at step %d", s.resumed.folder, progress.step)
+    run = open_run_file(s.out, comm.is_root, attrs, s.resumed)
     result = progress.result
     nan_step = faults.nan_at(comm.rank)
     identity = checkpoint.identity(cfg, comm.world_size, s.flat.dim)
@@ -205,16 +202,8 @@ def train(s: Setup, stop=None) -> dict:
         """Collective; None (and a warning) when a rank could not write, e.g. a full disk."""
         run.flush()
         progress.wall_seconds = elapsed()
-        try:
-            folder = checkpoint.save(comm, cfg.checkpoint_dir, step, rank_state(s, progress),
-                                     dict(identity, run_file=os.path.abspath(s.out), run_rows=run.rows()))
-        except checkpoint.CheckpointError as exc:
-            if comm.is_root:
-                log.warning("fdahpc.train: warning: %s", exc)
-            return None
-        if comm.is_root:
-            log.info("checkpoint step %d -> %s", step, folder)
-        return folder
+        return checkpoint.save_or_warn(comm, cfg.checkpoint_dir, step, rank_state(s, progress),
+                                       dict(identity, run_file=os.path.abspath(s.out), run_rows=run.rows()))
 
     started = time.perf_counter()
     wall_before = progress.wall_seconds
@@ -271,12 +260,9 @@ def train(s: Setup, stop=None) -> dict:
             folder = save_checkpoint(progress.step)
         if stopped_by is not None:
             status = "stopped"
-            if folder is None:
-                exit_code = 1 if cfg.checkpoint_dir else 0
+            line, exit_code = stopped(stopped_by, "step", progress.step, folder, cfg.checkpoint_dir)
             if comm.is_root:
-                where = f"checkpoint {folder}; continue with --resume auto --checkpoint-dir {cfg.checkpoint_dir}" if folder else (
-                    "the checkpoint failed; see the warning above" if cfg.checkpoint_dir else "no --checkpoint-dir, so nothing to resume from")
-                log.info("fdahpc.train: stopped by %s at step %d: %s", stopped_by, progress.step, where)
+                log.info(line)
         else:
             status = "finished"
         result.update(

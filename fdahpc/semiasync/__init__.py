@@ -7,6 +7,12 @@ Rank 0 is the server (:mod:`.server`); ranks 1..R-1 host the N clients between t
 client i on rank ``1 + i mod (R-1)`` (:mod:`.client`). They meet only through the
 messages of :mod:`.protocol`, ordered by the virtual clock of :mod:`.clock`; the rules of
 :mod:`.rules` and FedQS's client logic in :mod:`.fedqs` are pure math.
+
+``--checkpoint-dir``/``--resume`` work as in the synchronous mode (:mod:`fdahpc.checkpoint`):
+a checkpoint every ``--checkpoint-every`` rounds, at the end and on SIGTERM/SIGUSR1 (seen by
+the server after each round), written by all ranks once the hosts are quiescent (see
+:mod:`.server`); a resumed run continues bit for bit like an uninterrupted one. A NaN or
+Inf in an update or the global model ends every rank with exit code 3.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class SemiAsyncSetup:
     flat: object
     role: object  # the Server on rank 0, a Host elsewhere
     out: str
+    resumed: object = None  # checkpoint.Resumed when continuing a checkpoint
 
 
 def fedqs_params(cfg):
@@ -78,6 +85,7 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
 
 def build(cfg, comm: Communicator) -> SemiAsyncSetup:
     """Data, model and role for this rank (no file written); errors are agreed by the caller."""
+    from .. import checkpoint, faults
     from ..data import load_dataset, partition
     from ..metrics import check_writable
     from ..models import build_model
@@ -87,8 +95,11 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
 
     if comm.world_size < 2:
         raise ValueError("--mode semiasync: needs at least 2 ranks (a server and a client host); start it with mpirun -n 2 or more")
-    out = cfg.out or os.path.join("runs", f"semiasync-{cfg.strategy}-{time.strftime('%Y%m%d-%H%M%S')}.h5")
-    out = comm.bcast_obj(out)
+    if cfg.checkpoint_dir:
+        checkpoint.check_folder(cfg.checkpoint_dir)
+    found = checkpoint.find(cfg)
+    default = found[1]["run_file"] if found else os.path.join("runs", f"semiasync-{cfg.strategy}-{time.strftime('%Y%m%d-%H%M%S')}.h5")
+    out = comm.bcast_obj(cfg.out or default)  # one timestamp for the whole job
     if comm.is_root:
         check_writable(out)
     hosts = host_of(cfg.clients, comm.world_size)
@@ -123,30 +134,69 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
         clients = _split(cfg, mine, parts, data.x_train, data.y_train, fedqs is not None)
         role = Host(comm, model, flat, clients, uploads=rule.uploads, optimizer=cfg.optimizer or DEFAULT_OPTIMIZER,
                     lr=cfg.lr or DEFAULT_LR, weight_decay=cfg.weight_decay, seed=cfg.seed, num_classes=data.num_classes,
-                    num_clients=cfg.clients, fedqs=fedqs, similarity_kind=cfg.fedqs_similarity)
-    return SemiAsyncSetup(cfg, comm, model, flat, role, out)
+                    num_clients=cfg.clients, fedqs=fedqs, similarity_kind=cfg.fedqs_similarity,
+                    nan_from=faults.nan_at(comm.rank))
+    resumed = checkpoint.open_for_resume(cfg, found, comm.rank, comm.world_size, flat.dim) if found else None
+    return SemiAsyncSetup(cfg, comm, model, flat, role, out, resumed)
 
 
 def run(s: SemiAsyncSetup, stop=None) -> dict:
-    """Serve (rank 0) or host clients until the last round; rank 0 writes the run file."""
+    """Serve (rank 0) or host clients until the last round; rank 0 writes the run file.
+
+    ``stop`` (a :class:`fdahpc.control.StopRequest`) matters on rank 0 only: the server
+    decides when the run stops, hosts follow its messages. Returns the result; its
+    ``exit_code`` is 1 when a stop signal's checkpoint could not be written.
+    """
+    from .. import checkpoint
+    from ..control import Diverged, stopped
     from ..metrics import open_run_file
 
     cfg, comm = s.cfg, s.comm
-    comm.bcast_(s.flat.state, "control")  # one initial model, whatever each platform's RNG did
+    if s.resumed is None:
+        comm.bcast_(s.flat.state, "control")  # one initial model, whatever each platform's RNG did
+    else:
+        s.role.load_state_dict(s.resumed.state["role"])
+        comm.load_state_dict(s.resumed.state["comm"])
+    identity = checkpoint.identity(cfg, comm.world_size, s.flat.dim)
+    run_file = None
+
+    def save(position: int) -> str | None:
+        """Collective; None (and a warning) when a rank could not write, e.g. a full disk."""
+        meta = {}
+        if run_file is not None:
+            run_file.flush()
+            meta = dict(identity, run_file=os.path.abspath(s.out), run_rows=run_file.rows())
+        return checkpoint.save_or_warn(comm, cfg.checkpoint_dir, position,
+                                       {"role": s.role.state_dict(), "comm": comm.state_dict()}, meta, unit="round")
+
     if not comm.is_root:
-        return {"jobs": s.role.run()}
+        return {"jobs": s.role.run(save if cfg.checkpoint_dir else None)}
     attrs = dict(mode="semiasync", strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, partition=cfg.partition,
                  world_size=comm.world_size, clients=cfg.clients, buffer=cfg.buffer, rounds=cfg.rounds,
                  speed_ratio=cfg.speed_ratio, scenario=cfg.scenario or "", params=s.flat.dim,
                  target_accuracy=cfg.target_accuracy or -1.0, config=cfg.to_json())
-    run_file = open_run_file(s.out, True, attrs)
+    run_file = open_run_file(s.out, True, attrs, s.resumed)
+    if s.resumed is not None:
+        log.info("resumed from %s at round %d", s.resumed.folder, s.role.version)
+    status, exit_code = "failed", 0
     try:
-        result = s.role.run(run_file)
+        try:
+            result = s.role.run(run_file, stop=stop, save=save if cfg.checkpoint_dir else None,
+                                checkpoint_every=cfg.checkpoint_every)
+        except Diverged:
+            status = "diverged"
+            raise
+        stopped_by, folder = result.pop("stopped_by"), result.pop("checkpoint")
         run_file.write_array("final/model", s.flat.state.numpy())
         run_file.set_attrs(**result)
+        status = "stopped" if stopped_by else "finished"
     finally:
-        run_file.close()
-    log.info("done: %d rounds, virtual time %d, convergence accuracy %.4f, final accuracy %.4f, %.4f GB, %.1f s -> %s",
-             result["rounds_done"], result["virtual_time"], result["convergence_accuracy"], result["final_accuracy"],
-             result["comm_bytes"] / 1e9, result["wall_seconds"], s.out)
-    return result
+        run_file.close(status)
+    if stopped_by:
+        line, exit_code = stopped(stopped_by, "round", result["rounds_done"], folder, cfg.checkpoint_dir)
+        log.info(line)
+    else:
+        log.info("done: %d rounds, virtual time %d, convergence accuracy %.4f, final accuracy %.4f, %.4f GB, %.1f s -> %s",
+                 result["rounds_done"], result["virtual_time"], result["convergence_accuracy"], result["final_accuracy"],
+                 result["comm_bytes"] / 1e9, result["wall_seconds"], s.out)
+    return dict(result, exit_code=exit_code)

@@ -12,6 +12,12 @@ Memory: the data of the host's clients (views into one array), one BatchStream p
 client, the global versions some client's pending job starts from (for FedQS each with
 the pseudo-global gradient the server sent along), and for FedQS one float32 update vector
 per client: what Mod① needs and nothing more.
+
+Checkpoints: on ``CHECKPOINT`` the host finishes every job it holds a model for, sends the
+updates, answers ``READY`` and joins the collective save. Every client is then idle (no
+pending job, no model kept), so a client's state is its batch stream, FedQS learning rate
+and last update, and its job count (:meth:`Host.state_dict`); the server holds the
+pending results in its stash.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 import torch
 
 from ..comm import Communicator, Outbox
+from ..control import Diverged
 from ..evaluate import score
 from ..worker import BatchStream, local_steps, make_optimizer
 from .fedqs import FedQSParams, classify, decide, heavy_ball_step_, similarity
@@ -33,6 +40,8 @@ __all__ = ["ClientData", "Host"]
 
 log = logging.getLogger("fdahpc")
 SSBC = 3
+#: What a client carries from one job to the next (beside its batch stream): saved in checkpoints.
+_CLIENT_FIELDS = ("lr", "done_at", "f_i", "f_bar", "s_bar", "jobs", "delta")
 
 
 @dataclass
@@ -65,7 +74,8 @@ class _Client:
 class Host:
     def __init__(self, comm: Communicator, model: torch.nn.Module, flat, clients: dict[int, ClientData], *,
                  uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
-                 num_clients: int, fedqs: FedQSParams | None = None, similarity_kind: str = "cosine") -> None:
+                 num_clients: int, fedqs: FedQSParams | None = None, similarity_kind: str = "cosine",
+                 nan_from: int | None = None) -> None:
         self.comm, self.model, self.flat = comm, model, flat
         self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
         self.fedqs, self.similarity_kind, self.num_classes = fedqs, similarity_kind, num_classes
@@ -74,8 +84,10 @@ class Host:
         self.ready: list[tuple[float, int]] = []
         self.header = np.empty(down_header_len(num_clients))
         self.outbox = Outbox(comm)
-        self.stopped = False
+        self.stopped = self.diverged = False
+        self.checkpoint_at: int | None = None  # the round of a CHECKPOINT not yet answered
         self.jobs_done = self.steps_done = 0
+        self.nan_from = nan_from  # FDAHPC_FAULT=nan@N:RANK: jobs starting from version >= N turn NaN
 
     # Messages from the server ---------------------------------------------------
     def _poll(self, block: bool) -> None:
@@ -100,8 +112,11 @@ class Host:
                 for i in msg.clients:
                     del self.clients[i]
                 self._forget_versions()
+            elif msg.kind == Down.CHECKPOINT:
+                self.checkpoint_at = msg.version
+                return  # the server sends nothing more before every host answered
             else:
-                self.stopped = True
+                self.stopped, self.diverged = True, msg.kind == Down.DIVERGED
             block = False
 
     def _forget_versions(self) -> None:
@@ -148,6 +163,8 @@ class Host:
         lr = decision.lr if decision else c.lr
         momentum = decision.momentum if decision else 0.0
         loss = self.train(c, lr, momentum) / c.data.steps
+        if self.nan_from is not None and c.start >= self.nan_from:
+            _poison(self.model)
         if self.fedqs is not None:
             c.lr = lr
             c.delta = self.flat.w - w_start[: self.flat.dim]
@@ -164,18 +181,62 @@ class Host:
         self.steps_done += c.data.steps
         self._forget_versions()
 
-    def run(self) -> int:
-        """Serve until the server says stop; returns the number of jobs computed."""
+    def run(self, save=None) -> int:
+        """Serve until the server says stop; returns the number of jobs computed.
+
+        ``save(round)``: the collective checkpoint write, joined when the server asks for
+        a checkpoint (given whenever ``--checkpoint-dir`` is). Raises
+        :class:`fdahpc.control.Diverged` after its goodbye when the server said the run diverged.
+        """
         while True:
-            self._poll(block=not self.ready)
+            self._poll(block=not self.ready and self.checkpoint_at is None)
             if self.stopped:
                 break
-            if not self.ready:  # the message was a DROP: nothing new to compute
-                continue
-            _, i = heapq.heappop(self.ready)
-            if i in self.clients and self.clients[i].start is not None:
-                self._run_job(i)
+            if self.ready:
+                _, i = heapq.heappop(self.ready)
+                if i in self.clients and self.clients[i].start is not None:
+                    self._run_job(i)
+            elif self.checkpoint_at is not None:  # every job done and sent: quiescent
+                self.comm.send_(pack_up(UpKind.READY), 0, Tag.UP_HEADER, "control")
+                if save is None:
+                    raise RuntimeError("the server asked for a checkpoint but this host has no --checkpoint-dir")
+                save(self.checkpoint_at)
+                self.checkpoint_at = None
         bye = pack_up(UpKind.BYE, jobs=self.jobs_done, steps=self.steps_done, peak_rss=peak_rss_bytes())
         self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
         self.outbox.drain()
+        if self.diverged:
+            raise Diverged(f"rank {self.comm.rank}: the server reported a divergence")
         return self.jobs_done
+
+    # Checkpoints ------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The clients' state between jobs (only valid once quiescent, see :meth:`run`)."""
+        busy = [i for i, c in self.clients.items() if c.start is not None]
+        if busy or self.ready or self.versions:
+            raise RuntimeError(f"host rank {self.comm.rank}: state_dict with pending jobs (clients {busy[:5]})")
+        clients = {i: dict({k: getattr(c, k) for k in _CLIENT_FIELDS}, batches=c.data.batches.state_dict())
+                   for i, c in self.clients.items()}
+        return {"clients": clients, "jobs_done": self.jobs_done, "steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        saved = state["clients"]
+        unknown = sorted(set(saved) - set(self.clients))
+        if unknown:
+            raise ValueError(f"checkpoint: host rank {self.comm.rank} has no client {unknown[0]}; resume with the same --clients and ranks")
+        for i in [i for i in self.clients if i not in saved]:  # left in a dropout scenario
+            del self.clients[i]
+        for i, values in saved.items():
+            c = self.clients[i]
+            c.data.batches.load_state_dict(values["batches"])
+            for k in _CLIENT_FIELDS:
+                setattr(c, k, values[k])
+            c.start = None
+        self.jobs_done, self.steps_done = int(state["jobs_done"]), int(state["steps_done"])
+
+
+def _poison(model) -> None:
+    """FDAHPC_FAULT=nan@N:RANK: the job's model becomes NaN (a real divergence)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))

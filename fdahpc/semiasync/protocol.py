@@ -14,9 +14,17 @@ Down (server → host), header ``[kind, version, now, f_bar, s_bar, count, (clie
   ``w^v - w^(v-1)`` over the parameters (the last global step).
 - ``DROP``: the listed clients left (dropout scenario); no payload.
 - ``STOP``: the run is over; answer with ``BYE``; no payload.
+- ``CHECKPOINT``: a checkpoint at round ``version``: finish every job the host holds a
+  model for, send those updates, answer ``READY``, then join the collective
+  :func:`fdahpc.checkpoint.save`; no payload. MPI keeps messages from one sender with one
+  tag in order, so the server has every update of the host once its ``READY`` arrived.
+- ``DIVERGED``: as ``STOP``, but the run diverged: after ``BYE`` the host raises
+  :class:`fdahpc.control.Diverged` too, so every rank exits with code 3; no payload.
 
 Up (host → server), header of fixed length ``UP_LEN`` indexed by :class:`Up`:
 - ``UPDATE``: one finished local job; a payload follows.
+- ``READY``: answer to ``CHECKPOINT``: every client of the host is idle and its last
+  update was sent; no payload.
 - ``BYE``: the host has stopped and will send nothing more; carries its totals (JOBS,
   STEPS) and its peak resident memory (PEAK_RSS, bytes).
 """
@@ -43,11 +51,14 @@ class Down(IntEnum):
     MODEL = 1
     DROP = 2
     STOP = 3
+    CHECKPOINT = 4
+    DIVERGED = 5
 
 
 class UpKind(IntEnum):
     UPDATE = 1
     BYE = 2
+    READY = 3
 
 
 class Up(IntEnum):

@@ -9,11 +9,26 @@ Clients not aggregated keep training on the stale models they have.
 Because updates are consumed in the clock's order and each job's result depends only
 on its start version and its client, the sequence of global models is a function of the
 seed alone; hosts still compute in parallel, ahead of the server where they can.
+
+Checkpoints (``--checkpoint-dir``), at the end of a round: the server sends ``CHECKPOINT``
+to every host and stashes the updates that follow until each host answered ``READY``.
+Every active client's pending result is then in the stash and every client on the hosts
+idle, so server and hosts together hold a consistent state, which all ranks write with
+the collective :func:`fdahpc.checkpoint.save`. Taking a checkpoint changes no result:
+updates are still consumed in the clock's order, only received earlier. With a
+checkpoint folder the last round also sends the new model to its clients (the clock has
+already scheduled their next jobs), so a run resumed with more ``--rounds`` continues
+exactly like a longer run; that send is counted in the last round's bytes.
+
+Divergence: an update whose loss or payload holds a NaN or Inf, or a global model that
+does, ends the run on every rank (``DIVERGED`` to the hosts, then
+:class:`fdahpc.control.Diverged`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -21,6 +36,7 @@ import numpy as np
 import torch
 
 from ..comm import ANY, Communicator, Outbox
+from ..control import Diverged
 from ..evaluate import score
 from .clock import VirtualClock
 from .fedqs import CLIENT_TYPES, speeds
@@ -81,13 +97,25 @@ class Server:
         self.host_totals = np.zeros((self.comm.world_size, 3), dtype=np.int64)  # jobs, steps, peak RSS
         # FedQS: the parameters' last global step, sent with each model (zero before round 1).
         self.last_step = torch.zeros(self.flat.dim) if self.rule.needs_client_state else None
+        self.fresh = True  # False once a checkpoint was loaded: the first models went out long ago
+        # What the loop accumulates (saved in checkpoints): accuracy per round, bytes of the
+        # rounds, the result so far, the virtual time, wall seconds of earlier segments.
+        self.accuracy: list[float] = []
+        self.sent = 0
+        self.now = 0
+        self.wall_before = 0.0
+        self.result = dict(final_accuracy=float("nan"), final_loss=float("nan"), rounds_to_target=-1,
+                           virtual_time_to_target=-1)
+        self._started = time.perf_counter()
+        self.run_file = None
 
     # Messages -------------------------------------------------------------------
     def _receive_one(self) -> tuple[int, np.ndarray, torch.Tensor | None]:
+        """The next up message: (source, header, payload); no payload for BYE and READY."""
         header = np.empty(UP_LEN)
         st = self.comm.probe(ANY, Tag.UP_HEADER)  # waits without spinning a core
         self.comm.recv_(header, st.source, Tag.UP_HEADER)
-        if UpKind(int(header[Up.KIND])) == UpKind.BYE:
+        if UpKind(int(header[Up.KIND])) != UpKind.UPDATE:
             return st.source, header, None
         payload = torch.from_numpy(np.empty(self.flat.state.numel(), dtype=np.float32))
         self.comm.recv_(payload, st.source, Tag.UP_PAYLOAD)
@@ -98,11 +126,14 @@ class Server:
         while client not in self.stash:
             source, header, payload = self._receive_one()
             if payload is None:
-                raise RuntimeError(f"rank {source} said goodbye while the server still waits for client {client}")
-            sender = int(header[Up.CLIENT])
-            if self.clock.active[sender]:  # updates of clients that left are dropped here
-                self.stash[sender] = _Incoming(header, payload)
+                raise RuntimeError(f"rank {source} sent {UpKind(int(header[Up.KIND])).name} while the server still waits for client {client}")
+            self._keep(header, payload)
         return self.stash.pop(client)
+
+    def _keep(self, header: np.ndarray, payload: torch.Tensor) -> None:
+        sender = int(header[Up.CLIENT])
+        if self.clock.active[sender]:  # updates of clients that left are dropped here
+            self.stash[sender] = _Incoming(header, payload)
 
     def _send_model(self, clients: list[int], done_at: dict[int, int], now: int) -> int:
         """The current global model to each host of ``clients``, without blocking; returns bytes sent."""
@@ -127,18 +158,69 @@ class Server:
             header = pack_down(DownMessage(kind, self.version, clients=tuple(clients)))
             self.outbox.post(header, host, Tag.DOWN_HEADER, "control")
 
-    def _stop(self) -> None:
-        """STOP every host, then drain what they still send until each says BYE."""
+    def _stop(self, kind: Down = Down.STOP) -> None:
+        """STOP (or DIVERGED) every host, then drain what they still send until each says BYE."""
         hosts = sorted(set(range(1, self.comm.world_size)))
-        self._tell_hosts(Down.STOP, {h: [] for h in hosts})
+        self._tell_hosts(kind, {h: [] for h in hosts})
         waiting = set(hosts)
         self.host_totals[0, 2] = peak_rss_bytes()
         while waiting:
             source, header, payload = self._receive_one()
-            if payload is None:
+            if UpKind(int(header[Up.KIND])) == UpKind.BYE:
                 waiting.discard(source)
                 self.host_totals[source] = header[[Up.JOBS, Up.STEPS, Up.PEAK_RSS]]
         self.outbox.drain()
+
+    def _quiesce(self) -> None:
+        """CHECKPOINT every host and stash their updates until each answered READY."""
+        hosts = list(range(1, self.comm.world_size))
+        self._tell_hosts(Down.CHECKPOINT, {h: [] for h in hosts})
+        waiting = set(hosts)
+        while waiting:
+            source, header, payload = self._receive_one()
+            kind = UpKind(int(header[Up.KIND]))
+            if kind == UpKind.READY:
+                waiting.discard(source)
+            elif kind == UpKind.UPDATE:
+                self._keep(header, payload)
+            else:
+                raise RuntimeError(f"rank {source} said goodbye during the checkpoint of round {self.version}")
+        self.outbox.drain()
+
+    # Checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything the server needs to continue bit for bit (taken after :meth:`_quiesce`)."""
+        clients = list(self.stash)
+        return {
+            "state": self.flat.state.clone(), "version": self.version, "counts": self.counts.copy(),
+            "similarity": self.similarity.copy(), "last_step": None if self.last_step is None else self.last_step.clone(),
+            "rule": self.rule.state_dict(), "clock": self.clock.state_dict(),
+            "stash": {"clients": clients, "headers": [self.stash[c].header.copy() for c in clients],
+                      "payloads": [self.stash[c].payload for c in clients]},
+            "progress": {"accuracy": list(self.accuracy), "sent": self.sent, "now": self.now,
+                         "wall_seconds": self.elapsed(), "result": dict(self.result)},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self.flat.state.copy_(state["state"])
+        self.version = int(state["version"])
+        self.counts, self.similarity = state["counts"].copy(), state["similarity"].copy()
+        if self.last_step is not None:
+            self.last_step.copy_(state["last_step"])
+        self.rule.load_state_dict(state["rule"])
+        self.clock.load_state_dict(state["clock"])
+        stash = state["stash"]
+        self.stash = {int(c): _Incoming(np.asarray(h, dtype=np.float64), p)
+                      for c, h, p in zip(stash["clients"], stash["headers"], stash["payloads"])}
+        progress = state["progress"]
+        self.accuracy, self.sent, self.now = list(progress["accuracy"]), int(progress["sent"]), int(progress["now"])
+        self.wall_before, self.result = float(progress["wall_seconds"]), dict(progress["result"])
+        self.fresh = False
+
+    def elapsed(self) -> float:
+        """Wall seconds of the run, earlier segments of a resumed run included."""
+        return self.wall_before + time.perf_counter() - self._started
 
     # The loop -----------------------------------------------------------------------
     def _next_update(self, version: int, types: np.ndarray) -> tuple[int, Update, np.ndarray]:
@@ -149,6 +231,9 @@ class Server:
         now, client = event
         msg = self._take(client)
         h = msg.header
+        if not math.isfinite(h[Up.LOSS]) or not bool(torch.isfinite(msg.payload).all()):
+            self._diverged(f"NaN or Inf in client {client}'s update from rank {int(self.host_of[client])} "
+                           f"at round {version + 1}")
         if h[Up.TYPE] >= 0:
             types[int(h[Up.TYPE])] += 1
             self.similarity[client] = h[Up.SIMILARITY]
@@ -185,15 +270,30 @@ class Server:
         row[: len(values)] = values
         return row
 
-    def run(self, run_file) -> dict:
-        """Serve ``rounds`` aggregations (or until the target accuracy); rows go to ``run_file``."""
-        start = time.perf_counter()
-        everyone = list(range(len(self.host_of)))
-        sent = self._send_model(everyone, {c: self.clock.start(c, 0) for c in everyone}, 0)
+    def _diverged(self, what: str) -> None:
+        """End the run on every rank: DIVERGED to the hosts, then raise (run file: the caller)."""
+        self._stop(Down.DIVERGED)
+        raise Diverged(f"diverged: {what} (strategy {self.rule.name}); run file {self.run_file.path} flushed up to "
+                       f"round {self.version}; lower --lr or resume from an earlier checkpoint")
+
+    def run(self, run_file, stop=None, save=None, checkpoint_every: int | None = None) -> dict:
+        """Serve ``rounds`` aggregations (or until the target accuracy or a stop signal);
+        rows go to ``run_file``.
+
+        ``stop``: a :class:`fdahpc.control.StopRequest`, checked after every round.
+        ``save(round) -> folder | None``: the collective checkpoint write (``--checkpoint-dir``),
+        called every ``checkpoint_every`` rounds, at the end and on a stop. The result says
+        ``stopped_by`` (the signal, or None) and ``checkpoint`` (the last folder written).
+        """
+        self.run_file = run_file
+        self._started = time.perf_counter()
+        if self.fresh:
+            everyone = list(range(len(self.host_of)))
+            self.sent += self._send_model(everyone, {c: self.clock.start(c, 0) for c in everyone}, 0)
         buffer: list[Update] = []
         types = np.zeros(len(CLIENT_TYPES), dtype=np.int64)
-        headers, accuracy, now = [], [], 0
-        result = dict(final_accuracy=float("nan"), final_loss=float("nan"), rounds_to_target=-1, virtual_time_to_target=-1)
+        headers: list[np.ndarray] = []
+        result, stopped_by, folder = self.result, None, None
         while self.version < self.rounds:
             now, update, header = self._next_update(self.version, types)
             buffer.append(update)
@@ -201,22 +301,27 @@ class Server:
             if len(buffer) < min(self.buffer_size, int(self.clock.active.sum())):
                 continue
             weights = self._aggregate(buffer)
+            if not bool(torch.isfinite(self.flat.state).all()):
+                self._diverged(f"NaN or Inf in the global model at round {self.version}")
+            self.now = now
+            last = self.version == self.rounds
             acc, loss = float("nan"), float("nan")
-            if self.version % self.eval_every == 0 or self.version == self.rounds:
+            if self.version % self.eval_every == 0 or last:
                 s = score(self.model, self.x_test, self.y_test)
                 acc, loss = s.accuracy, s.loss
                 result.update(final_accuracy=acc, final_loss=loss)
-            accuracy.append(acc)
+            self.accuracy.append(acc)
             self._dropout()
             ids = [u.client for u in buffer]
             again = [c for c in ids if self.clock.active[c]]
             next_done = {c: self.clock.start(c, now) for c in again}
             received = sum(u.payload.numel() * 4 + h.nbytes for u, h in zip(buffer, headers))
-            round_bytes = received + (self._send_model(again, next_done, now) if self.version < self.rounds else 0)
-            sent += round_bytes
+            # The last round sends too when the run can be continued from its checkpoint.
+            round_bytes = received + (self._send_model(again, next_done, now) if not last or save is not None else 0)
+            self.sent += round_bytes
             staleness = np.array([u.staleness for u in buffer])
             for name, value in (("round/version", self.version), ("round/virtual_time", now),
-                                ("round/wall_seconds", time.perf_counter() - start), ("round/accuracy", acc),
+                                ("round/wall_seconds", self.elapsed()), ("round/accuracy", acc),
                                 ("round/loss", loss), ("round/staleness_mean", float(staleness.mean())),
                                 ("round/staleness_max", int(staleness.max())), ("round/types", types.copy()),
                                 ("round/clients", self._padded(ids, -1, np.int64)),
@@ -225,17 +330,25 @@ class Server:
                                 ("round/momentum_mean", float(np.mean([h[Up.MOMENTUM] for h in headers]))),
                                 ("round/bytes", round_bytes)):
                 run_file.append(name, value)
-            if self.version % self.log_every == 0 or self.version == self.rounds:
+            if self.version % self.log_every == 0 or last:
                 run_file.flush()
                 log.info("round %d  virtual time %d  accuracy %.4f  staleness mean %.1f max %d",
                          self.version, now, acc, staleness.mean(), staleness.max())
             buffer, headers, types = [], [], np.zeros_like(types)
-            if self.target_accuracy is not None and acc >= self.target_accuracy:
+            reached = self.target_accuracy is not None and acc >= self.target_accuracy
+            if reached:
                 result.update(rounds_to_target=self.version, virtual_time_to_target=now)
+            if stop is not None and stop.requested:
+                stopped_by = stop.signal_name
+            if save is not None and ((checkpoint_every and self.version % checkpoint_every == 0)
+                                     or last or reached or stopped_by):
+                self._quiesce()
+                folder = save(self.version)
+            if reached or stopped_by:
                 break
         self._stop()
-        result.update(convergence_metrics(np.array(accuracy)), rounds_done=self.version, virtual_time=now,
-                      comm_bytes=sent, wall_seconds=time.perf_counter() - start,
+        result.update(convergence_metrics(np.array(self.accuracy)), rounds_done=self.version, virtual_time=self.now,
+                      comm_bytes=self.sent, wall_seconds=self.elapsed(), stopped_at=self.version if stopped_by else -1,
                       jobs_per_rank=self.host_totals[:, 0], local_steps_per_rank=self.host_totals[:, 1],
                       peak_rss_per_rank=self.host_totals[:, 2], peak_rss_total=int(self.host_totals[:, 2].sum()))
-        return result
+        return dict(result, stopped_by=stopped_by, checkpoint=folder)
