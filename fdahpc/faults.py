@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["KINDS", "parse", "nan_at", "checkpoint_kill_offset", "kill_self"]
+__all__ = ["KINDS", "parse", "nan_at", "poison", "checkpoint_kill_offset", "kill_self"]
 
 KINDS = ("nan", "kill-checkpoint")
 #: Bytes of a checkpoint file written before an injected kill: past the archive header,
@@ -44,6 +44,15 @@ _FAULTS = parse(os.environ.get("FDAHPC_FAULT"))
 def nan_at(rank: int) -> int | None:
     """The step after which ``rank`` poisons its model, if any."""
     return _FAULTS.get(("nan", rank))
+
+
+def poison(model) -> None:
+    """The fault ``nan`` injects: every parameter of ``model`` becomes NaN."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
 
 
 def checkpoint_kill_offset(position: int, rank: int) -> int | None:

@@ -133,15 +133,6 @@ def load_rank_state(s: Setup, state: dict) -> Progress:
     return Progress(**state["progress"])
 
 
-def _poison(model) -> None:
-    """FDAHPC_FAULT=nan@STEP:RANK: this rank's parameters become NaN (a real divergence)."""
-    import torch
-
-    with torch.no_grad():
-        for p in model.parameters():
-            p.fill_(float("nan"))
-
-
 def train(s: Setup, stop=None) -> dict:
     """The loop: local step → strategy (maybe sync) → evaluate on schedule → record.
 
@@ -219,7 +210,7 @@ def train(s: Setup, stop=None) -> dict:
                 loss = local_steps(s.model, s.batches, 1, s.optimizer.step, s.optimizer.zero_grad)
                 progress.running_loss += loss
                 if step == nan_step:
-                    _poison(s.model)
+                    faults.poison(s.model)
                 if not math.isfinite(loss) and diverged_at is None:
                     diverged_at = step
             if strategy.after_step():
@@ -247,13 +238,14 @@ def train(s: Setup, stop=None) -> dict:
             if verdict is not None and verdict.stop:
                 stopped_by = (stop.signal_name if stop is not None and stop.requested else None) or "a signal on another rank"
                 break
-            if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or (last and cfg.checkpoint_dir):
+            saved = bool((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or (last and cfg.checkpoint_dir))
+            if saved:
                 folder = save_checkpoint(step)
             if last and not scheduled:
                 acc = evaluate(step)  # the run's end, after its checkpoint: a longer resumed run does not repeat it
             if cfg.target_accuracy is not None and acc is not None and acc >= cfg.target_accuracy:
                 result.update(steps_to_target=step, comm_bytes_to_target=strategy.comm_bytes())
-                if cfg.checkpoint_dir and not last:
+                if cfg.checkpoint_dir and not saved:
                     folder = save_checkpoint(step)
                 break
         if stopped_by is not None and cfg.checkpoint_dir:

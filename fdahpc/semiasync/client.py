@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..comm import Communicator, Outbox
+from .. import faults
 from ..control import Diverged
 from ..evaluate import score
 from ..worker import BatchStream, local_steps, make_optimizer
@@ -164,7 +165,7 @@ class Host:
         momentum = decision.momentum if decision else 0.0
         loss = self.train(c, lr, momentum) / c.data.steps
         if self.nan_from is not None and c.start >= self.nan_from:
-            _poison(self.model)
+            faults.poison(self.model)  # FDAHPC_FAULT=nan@N:RANK
         if self.fedqs is not None:
             c.lr = lr
             c.delta = self.flat.w - w_start[: self.flat.dim]
@@ -233,10 +234,3 @@ class Host:
                 setattr(c, k, values[k])
             c.start = None
         self.jobs_done, self.steps_done = int(state["jobs_done"]), int(state["steps_done"])
-
-
-def _poison(model) -> None:
-    """FDAHPC_FAULT=nan@N:RANK: the job's model becomes NaN (a real divergence)."""
-    with torch.no_grad():
-        for p in model.parameters():
-            p.fill_(float("nan"))
