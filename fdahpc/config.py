@@ -89,7 +89,11 @@ class TrainConfig:
     checkpoint_every: int | None = _f(None, "write a checkpoint every N steps (semiasync: rounds) into --checkpoint-dir")
     resume: str | None = _f(None, "continue from a checkpoint folder, or auto: the newest in --checkpoint-dir (a fresh start when there is none)")
     stop_check_every: int = _f(10, "steps (semiasync: rounds) between the ranks' agreement on signals and divergence")
-    backend: str = _f("auto", "communicator: auto (MPI under mpirun, else local), mpi or local")
+    backend: str = _f("auto", "communicator: auto (torch under torchrun or a plain srun, MPI under mpirun/srun --mpi, "
+                      "else local), mpi, torch (NCCL on GPUs, gloo on CPUs), nccl, gloo or local")
+    device: str = _f("auto", "where the model trains: cpu, cuda (one GPU per local rank; needs a torch backend) or auto "
+                     "(cuda when GPUs are visible and the backend is not mpi)")
+    comm_timeout: float = _f(600.0, "torch backends: seconds a collective may wait for the other ranks before the job fails")
     threads: int = _f(1, "torch/numba threads per rank (1 avoids oversubscription under MPI)")
     log_every: int = _f(50, "print progress every N steps (rank 0)")
 
@@ -188,9 +192,15 @@ def _validate(c: TrainConfig) -> None:
     _require(c.stop_check_every >= 1, f"--stop-check-every {c.stop_check_every}: must be >= 1, e.g. 10")
     _require(c.threads >= 1, f"--threads {c.threads}: must be >= 1")
     _require(c.log_every >= 1, f"--log-every {c.log_every}: must be >= 1")
-    from .comm import BACKENDS
+    from .comm import BACKENDS, DEVICES, TORCH_BACKENDS
 
     one_of("--backend", c.backend, BACKENDS)
+    one_of("--device", c.device, DEVICES)
+    _require(c.comm_timeout > 0, f"--comm-timeout {c.comm_timeout}: must be > 0 seconds, e.g. 600")
+    if c.mode == "semiasync":
+        _require(c.backend not in TORCH_BACKENDS, f"--backend {c.backend}: the semi-asynchronous coordinator needs MPI's "
+                 "probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
+        _require(c.device != "cuda", "--device cuda: the semi-asynchronous mode trains on CPUs; use --device cpu or --mode sync")
 
 
 def _validate_mode(c: TrainConfig, one_of) -> None:

@@ -51,7 +51,7 @@ def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 
     was_training = model.training
     model.eval()
     loss_sum, correct = 0.0, 0
-    hits = torch.zeros(max(per_label, 1), dtype=torch.long)
+    hits = torch.zeros(max(per_label, 1), dtype=torch.long, device=y.device)
     for i in range(0, len(y), batch_size):
         xb, yb = x[i : i + batch_size], y[i : i + batch_size]
         logits = model(xb)
@@ -66,7 +66,7 @@ def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 
         return result
     seen = torch.bincount(y, minlength=per_label).double()
     with np.errstate(invalid="ignore", divide="ignore"):
-        return result, (hits.double() / seen).numpy()
+        return result, (hits.double() / seen).cpu().numpy()
 
 
 class Evaluator:
@@ -74,8 +74,10 @@ class Evaluator:
         self.comm = comm
         self.replica = replica
         self.flat = FlatParams(replica)
-        self.x = torch.from_numpy(x_test[comm.rank :: comm.world_size])
-        self.y = torch.from_numpy(y_test[comm.rank :: comm.world_size])
+        # This rank's slice of the test set, on the replica's device once.
+        device = self.flat.w.device
+        self.x = torch.from_numpy(x_test[comm.rank :: comm.world_size]).to(device)
+        self.y = torch.from_numpy(y_test[comm.rank :: comm.world_size]).to(device)
         self.batch_size = batch_size
 
     def averaged_model(self, w: torch.Tensor, model: nn.Module) -> nn.Module:

@@ -79,11 +79,11 @@ def build(cfg, comm) -> Setup:
         torch.manual_seed(cfg.seed)
         return build_model(cfg.model, data.x_train.shape[1], data.x_train.shape[2], data.num_classes)
 
-    model = new_model()
+    model = new_model().to(comm.device)  # initialized on the CPU: the same model on any device
     flat = FlatParams(model)
     optimizer = make_optimizer(*local_optimizer(cfg), model.parameters(), cfg.weight_decay)
-    evaluator = Evaluator(comm, new_model(), data.x_test, data.y_test)
-    batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank)
+    evaluator = Evaluator(comm, new_model().to(comm.device), data.x_test, data.y_test)
+    batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank, device=comm.device)
     strategy = build_strategy(cfg, comm, flat.w, steps_per_epoch, num_samples=len(data.y_train))
     resumed = checkpoint.open_for_resume(cfg, found, comm.rank, comm.world_size, flat.dim) if found else None
     return Setup(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps, out, resumed)
@@ -265,7 +265,7 @@ def train(s: Setup, stop=None) -> dict:
             stopped_at=progress.step if stopped_by else -1,
         )
         run.set_attrs(**result)
-        run.write_array("final/model", s.flat.w.numpy())
+        run.write_array("final/model", s.flat.w.cpu().numpy())
     finally:
         run.close(status)
     if comm.is_root and status == "finished":

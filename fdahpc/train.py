@@ -50,58 +50,77 @@ def _compile_once(cfg, comm) -> None:
     comm.barrier()
 
 
-def _fail_setup(comm, errors: list) -> int:
+def _fail_setup(comm, errors: list, per_node: bool = False) -> int:
+    """One line from rank 0 (every rank failed the same way), exit code 2. Before the
+    communicator exists the launcher's rank decides; ``per_node``: a node's own problem
+    (its GPUs), said by local rank 0 of each node."""
+    from .comm import env_rank
+
     first = next(e for e in errors if e is not None)
-    if comm is None or comm.is_root:
+    if comm is not None:
+        show = comm.is_root
+    else:
+        rank, local_rank = env_rank()
+        show = rank in (None, 0) or (per_node and local_rank in (None, 0))
+    if show:
         print(f"fdahpc.train: error: {first}", file=sys.stderr)
     return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .comm import make_communicator
+    from .comm import LaunchError, make_communicator
     from .config import parse_args
 
     try:
         cfg = parse_args(argv)
-    except _SETUP_ERRORS as exc:
-        # Every rank parsed the same flags and failed the same way; let only rank 0 say so.
-        try:
-            comm = make_communicator("auto")
-        except Exception:
-            comm = None
-        return _fail_setup(comm, [str(exc)])
-    from .control import Diverged, StopRequest
+    except _SETUP_ERRORS as exc:  # every rank parsed the same flags and failed the same way
+        return _fail_setup(None, [str(exc)])
+    from .control import StopRequest
 
     _limit_threads(cfg.threads)
     stop = StopRequest().install()  # before setup: a signal during it stops at the first check
-    comm = make_communicator(cfg.backend)
-    logging.basicConfig(level=logging.INFO if comm.is_root else logging.WARNING, format="%(message)s", stream=sys.stdout)
     try:
-        if cfg.mode == "semiasync":
-            from .semiasync import build, run
-        else:
-            from .sync_loop import build
-            from .sync_loop import train as run
-        _compile_once(cfg, comm)
-        try:
-            setup, error = build(cfg, comm), None
-        except _SETUP_ERRORS as exc:
-            setup, error = None, str(exc)
-        errors = comm.allgather_obj(error)  # all ranks agree before anyone trains
-        if any(e is not None for e in errors):
-            return _fail_setup(comm, errors)
-        result = run(setup, stop)
-    except Diverged as exc:  # every rank raises it at the same step
-        if comm.is_root:
-            print(f"fdahpc.train: {exc}", file=sys.stderr, flush=True)
-        return Diverged.exit_code
+        comm = make_communicator(cfg.backend, cfg.device if cfg.mode == "sync" else "cpu", cfg.comm_timeout)
+    except _SETUP_ERRORS as exc:
+        return _fail_setup(None, [str(exc)], per_node=isinstance(exc, LaunchError))
+    try:
+        code = _run(cfg, comm, stop)
     except BaseException:
         if comm.world_size == 1:
             raise
         print(f"[rank {comm.rank}] fdahpc.train failed; aborting the job\n{traceback.format_exc()}", file=sys.stderr, flush=True)
         comm.abort(1)
-    return result.get("exit_code", 0)
+    comm.close()  # every rank gets here after the same last collective
+    return code
 
+
+def _run(cfg, comm, stop) -> int:
+    """Set up (the ranks agree on success) and train; the exit code."""
+    from .control import Diverged
+
+    if cfg.mode == "semiasync" and not comm.point_to_point:
+        return _fail_setup(comm, ["--mode semiasync: the coordinator needs MPI's probe, which torch.distributed lacks; "
+                                  "start it under mpirun or srun --mpi=pmi2 with --backend mpi"])
+    logging.basicConfig(level=logging.INFO if comm.is_root else logging.WARNING, format="%(message)s", stream=sys.stdout)
+    if cfg.mode == "semiasync":
+        from .semiasync import build, run
+    else:
+        from .sync_loop import build
+        from .sync_loop import train as run
+    _compile_once(cfg, comm)
+    try:
+        setup, error = build(cfg, comm), None
+    except _SETUP_ERRORS as exc:
+        setup, error = None, str(exc)
+    errors = comm.allgather_obj(error)  # all ranks agree before anyone trains
+    if any(e is not None for e in errors):
+        return _fail_setup(comm, errors)
+    try:
+        return run(setup, stop).get("exit_code", 0)
+    except Diverged as exc:  # every rank raises it at the same step
+        if comm.is_root:
+            print(f"fdahpc.train: {exc}", file=sys.stderr, flush=True)
+        return Diverged.exit_code
 
 if __name__ == "__main__":
     sys.exit(main())

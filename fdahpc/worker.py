@@ -27,13 +27,23 @@ class BatchStream:
     the size of its partition. The shuffling stream depends only on ``(seed, stream)``:
     ``stream`` is the rank in the synchronous mode and the client id in the
     semi-asynchronous one, so client i there draws exactly the batches rank i draws here.
+
+    With a GPU ``device`` the partition stays in host memory and each batch is gathered
+    into pinned buffers and copied to the device once per step, asynchronously.
     """
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, stream: int) -> None:
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, stream: int,
+                 device: torch.device | str = "cpu") -> None:
         self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
         self.batch_size = batch_size
         self.gen = torch.Generator().manual_seed(seed * 100_003 + stream)
         self.order = torch.empty(0, dtype=torch.long)
+        self.device = torch.device(device)
+        if self.device.type != "cpu":
+            # Reused every step: the previous copy has finished by then (the step's loss
+            # was read on the host).
+            self._pinned = (torch.empty((batch_size, *self.x.shape[1:]), dtype=self.x.dtype).pin_memory(),
+                            torch.empty(batch_size, dtype=self.y.dtype).pin_memory())
 
     def __len__(self) -> int:
         return len(self.y)
@@ -50,7 +60,12 @@ class BatchStream:
         while len(self.order) < self.batch_size:
             self.order = torch.cat([self.order, torch.randperm(len(self.y), generator=self.gen)])
         idx, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
-        return self.x[idx], self.y[idx]
+        if self.device.type == "cpu":
+            return self.x[idx], self.y[idx]
+        xb, yb = self._pinned
+        torch.index_select(self.x, 0, idx, out=xb)
+        torch.index_select(self.y, 0, idx, out=yb)
+        return xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
 
 
 def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.optim.Optimizer:

@@ -1,5 +1,6 @@
 """Shared fixtures: a communicator that is the local backend in a plain pytest run and
-MPI.COMM_WORLD under ``mpiexec -n N python -m pytest --with-mpi``."""
+MPI.COMM_WORLD under ``mpiexec -n N python -m pytest --with-mpi`` (torch.distributed over
+gloo instead when ``FDAHPC_TEST_BACKEND=torch``)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,13 @@ def comm(request):
     from fdahpc.comm import LocalCommunicator
 
     if _with_mpi(request.config):
-        from fdahpc.comm.mpi import MPICommunicator
+        from fdahpc.comm import make_communicator
 
-        return MPICommunicator()
-    return LocalCommunicator()
+        comm = make_communicator(os.environ.get("FDAHPC_TEST_BACKEND", "mpi"), "cpu")
+        yield comm
+        comm.close()
+    else:
+        yield LocalCommunicator()
 
 
 def run_python(args, *, ranks: int = 1, timeout: float = 180, cwd=None, env_extra=None):

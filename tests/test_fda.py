@@ -15,7 +15,7 @@ D = 2000
 
 def simulated_h(trigger, drifts):
     """H over K simulated workers: average the states each would put on the wire."""
-    mean_state = np.mean([trigger.local_state(u).copy() for u in drifts], axis=0, dtype=np.float64)
+    mean_state = np.mean([trigger.local_state(u).numpy().copy() for u in drifts], axis=0, dtype=np.float64)
     return trigger.estimate(mean_state)
 
 

@@ -1,40 +1,87 @@
-"""Communicators: the only place fdahpc talks to MPI (or torch.distributed).
+"""Communicators: the only place fdahpc talks to MPI or torch.distributed.
 
-``make_communicator("auto")`` picks MPI when the process was started by an MPI launcher
-(``mpirun``/``mpiexec``/``srun``) and the size-1 local backend otherwise, so
-``python -m fdahpc.train`` works with and without MPI installed.
+``make_communicator("auto")`` picks torch.distributed under torchrun (or under ``srun``
+without an MPI plugin), MPI when an MPI launcher (``mpirun``/``mpiexec``,
+``srun --mpi=pmi2``) started the process, and the size-1 local backend otherwise, so
+``python -m fdahpc.train`` works with and without MPI installed. The communicator also
+owns the device the model lives on (``comm.device``): one GPU per local rank with NCCL.
 """
 
 from __future__ import annotations
 
-import os
+import torch
 
 from .base import ANY, PURPOSES, Communicator, Outbox, Request, Status, as_numpy
+from .launch import LaunchError, detect, env_rank, launched_by_mpi, launched_by_torchrun, slurm_step
 from .local import LocalCommunicator
 
-__all__ = ["ANY", "BACKENDS", "PURPOSES", "Communicator", "Outbox", "Request", "Status", "LocalCommunicator", "as_numpy", "make_communicator"]
+__all__ = ["ANY", "BACKENDS", "DEVICES", "PURPOSES", "Communicator", "LaunchError", "LocalCommunicator", "Outbox",
+           "Request", "Status", "as_numpy", "env_rank", "launched_by_mpi", "make_communicator", "resolve_backend"]
 
-BACKENDS = ("auto", "mpi", "local")
-
-# Variables the common launchers (MPICH/Hydra, Open MPI, PMIx/srun, Intel MPI) export.
-_LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
-
-
-def launched_by_mpi() -> bool:
-    return any(v in os.environ for v in _LAUNCHER_VARS)
+#: torch: NCCL for a CUDA model, gloo for a CPU one; nccl/gloo force one of them.
+BACKENDS = ("auto", "mpi", "torch", "nccl", "gloo", "local")
+TORCH_BACKENDS = ("torch", "nccl", "gloo")
+DEVICES = ("auto", "cpu", "cuda")
 
 
-def make_communicator(backend: str = "auto") -> Communicator:
+def resolve_backend(backend: str) -> str:
+    """``auto`` → the backend of the launcher that started this process."""
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: unknown; choose one of {', '.join(BACKENDS)}")
-    if backend == "auto":
-        backend = "mpi" if launched_by_mpi() else "local"
-    if backend == "local":
-        return LocalCommunicator()
-    try:
-        from .mpi import MPICommunicator
-    except ImportError as exc:
-        raise ValueError(
-            f"backend 'mpi': mpi4py cannot be imported ({exc}); pip install 'fdahpc[mpich]' or build mpi4py against your MPI"
-        ) from None
-    return MPICommunicator()
+    if backend != "auto":
+        return backend
+    if launched_by_torchrun():
+        return "torch"
+    if launched_by_mpi():
+        return "mpi"
+    return "torch" if slurm_step() else "local"
+
+
+def _gpus_for(local_rank: int, local_size: int | None, why: str) -> torch.device:
+    """This rank's GPU: number ``local_rank`` among the visible ones."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise LaunchError(f"{why}: no CUDA GPU visible to this process (CUDA_VISIBLE_DEVICES, driver); use --device cpu")
+    ranks = max(local_size or 0, local_rank + 1)
+    if ranks > count:
+        raise LaunchError(f"{why}: {ranks} ranks on this node but {count} GPU(s) visible; start at most {count} ranks "
+                          "per node (torchrun --nproc-per-node, srun --ntasks-per-node) or use --device cpu")
+    return torch.device("cuda", local_rank)
+
+
+def make_communicator(backend: str = "auto", device: str = "cpu", timeout_s: float = 600.0) -> Communicator:
+    """The communicator for this launch, with ``comm.device`` set (``device``: auto, cpu or cuda)."""
+    if device not in DEVICES:
+        raise ValueError(f"device {device!r}: unknown; choose one of {', '.join(DEVICES)}")
+    backend = resolve_backend(backend)
+    if backend == "mpi":
+        if device == "cuda":
+            raise LaunchError("--device cuda: --backend mpi reduces CPU buffers; use --backend torch (NCCL) for GPUs")
+        try:
+            from .mpi import MPICommunicator
+        except ImportError as exc:
+            raise ValueError(
+                f"backend 'mpi': mpi4py cannot be imported ({exc}); pip install 'fdahpc[mpich]' or build mpi4py against your MPI"
+            ) from None
+        return MPICommunicator()
+    if backend == "gloo" and device == "auto":
+        device = "cpu"
+    if backend == "nccl" and device == "cpu":
+        raise LaunchError("--backend nccl reduces GPU tensors: use --device cuda, or --backend gloo for a CPU model")
+    if backend == "nccl":
+        device = "cuda"
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    launch = detect() if backend != "local" else None
+    on = torch.device("cpu")
+    if device == "cuda":
+        where = (launch.local_rank, launch.local_size) if launch else (0, 1)
+        on = _gpus_for(*where, f"--device cuda (backend {backend})")
+        torch.cuda.set_device(on)
+    if launch is None:
+        comm = LocalCommunicator()
+        comm.device = on
+        return comm
+    from .torch_dist import TorchCommunicator
+
+    return TorchCommunicator(launch, on, "nccl" if on.type == "cuda" else "gloo", timeout_s)

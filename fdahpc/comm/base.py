@@ -70,6 +70,10 @@ class Communicator(ABC):
 
     rank: int
     world_size: int
+    #: Where the model and the buffers handed to the collectives live.
+    device: torch.device = torch.device("cpu")
+    #: Whether ``send_``/``recv_``/``probe`` work (the semi-asynchronous mode needs them).
+    point_to_point: bool = True
 
     def __init__(self) -> None:
         self.bytes_sent = {p: 0 for p in PURPOSES}
@@ -172,6 +176,9 @@ class Communicator(ABC):
 
     @abstractmethod
     def barrier(self) -> None: ...
+
+    def close(self) -> None:
+        """Collective: leave the job (every rank calls it once, after its last collective)."""
 
     @abstractmethod
     def abort(self, code: int = 1) -> None:

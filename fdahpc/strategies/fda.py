@@ -55,8 +55,8 @@ class _FDATrigger:
         self.theta = float(theta)
         self.log_every = log_every
         self.log_variance = log_variance
-        self.state = np.zeros(state_len, dtype=np.float32)  # what goes on the wire
-        self.state_bytes = self.state.nbytes
+        self.state = torch.zeros(state_len, dtype=torch.float32)  # what goes on the wire, moved beside w
+        self.state_bytes = 4 * state_len
         self._u: torch.Tensor | None = None  # drift scratch, allocated beside w on first use
         self._records: list[tuple[str, float]] = []
         self.last_h = float("nan")
@@ -64,8 +64,11 @@ class _FDATrigger:
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
         if self._u is None:
             self._u = torch.empty_like(w)
+            self.state = self.state.to(w.device)
         u = torch.sub(w, anchor, out=self._u)
-        state = self.comm.allreduce_mean_(self.local_state(u), "monitor")
+        # The state is computed and reduced where w lives; only the reduced state (8 bytes
+        # for LinearFDA, 5 KB for SketchFDA) comes to the host for the decision.
+        state = self.comm.allreduce_mean_(self.local_state(u), "monitor").cpu().numpy()
         self.last_h = h = self.estimate(state)
         self._records.clear()
         if step % self.log_every == 0:
@@ -74,8 +77,8 @@ class _FDATrigger:
                 self._records.append(("fda/variance", exact_variance(self.comm, u)))
         return h > self.theta or self.theta == 0.0
 
-    def local_state(self, u: torch.Tensor) -> np.ndarray:
-        """``S_k`` of drift ``u`` (float32, what goes on the wire); reuses one buffer."""
+    def local_state(self, u: torch.Tensor) -> torch.Tensor:
+        """``S_k`` of drift ``u`` (float32, what goes on the wire, on ``u``'s device); reuses one buffer."""
         self.state[0] = torch.dot(u, u)
         self._fill_state(u, self.state[1:])
         return self.state
@@ -100,7 +103,7 @@ class LinearFDATrigger(_FDATrigger):
         self.xi /= torch.linalg.vector_norm(self.xi)
         self.syncs_seen = 0
 
-    def _fill_state(self, u: torch.Tensor, out: np.ndarray) -> None:
+    def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
         if self.xi.device != u.device:
             self.xi = self.xi.to(u.device)
         out[0] = torch.dot(self.xi, u)
@@ -147,12 +150,12 @@ class SketchFDATrigger(_FDATrigger):
         self.sketcher = sketcher
         self._sk = np.empty((rows, cols), dtype=np.float64)
 
-    def _fill_state(self, u: torch.Tensor, out: np.ndarray) -> None:
-        if u.device.type == "cpu":
+    def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
+        if u.device.type == "cpu":  # the Numba kernel
             self.sketcher.sketch_into(u, self._sk)
+            out.copy_(torch.from_numpy(self._sk).ravel())
         else:
-            self._sk[...] = self.sketcher.sketch_torch(u).cpu().numpy()
-        out[:] = self._sk.ravel()
+            out.copy_(self.sketcher.sketch_torch(u).ravel())
 
     def estimate(self, state: np.ndarray) -> float:
         """H(S̄) = mean ||u||^2 - M2(mean sk(u)) / (1 + ε), from the averaged state."""
