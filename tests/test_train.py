@@ -2,7 +2,6 @@
 ``mpiexec`` jobs as subprocesses with timeouts (a hang is a failure, never a wait)."""
 
 import json
-import os
 
 import h5py
 import numpy as np
@@ -117,6 +116,8 @@ BAD_INPUT = [
     (["--checkpoint-dir", "/proc/fdahpc/ck"], "--checkpoint-dir /proc/fdahpc/ck: not writable"),
     (["--checkpoint-every", "10"], "--checkpoint-every: needs --checkpoint-dir"),
     (["--resume", "/nonexistent/ck"], "--resume /nonexistent/ck: no complete checkpoint"),
+    (["--device", "cuda"], "--device cuda: --backend mpi reduces CPU buffers"),
+    (["--comm-timeout", "0"], "--comm-timeout 0"),
 ]
 
 

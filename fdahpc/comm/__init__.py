@@ -37,16 +37,19 @@ def resolve_backend(backend: str) -> str:
     return "torch" if slurm_step() else "local"
 
 
-def _gpus_for(local_rank: int, local_size: int | None, why: str) -> torch.device:
-    """This rank's GPU: number ``local_rank`` among the visible ones."""
+def _gpu_for(local_rank: int, local_size: int | None, backend: str) -> torch.device:
+    """This rank's GPU: number ``local_rank`` among the visible ones. NCCL needs a GPU per
+    rank; gloo may share them (local rank modulo the GPU count)."""
+    why = f"--device cuda (backend {backend})"
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
         raise LaunchError(f"{why}: no CUDA GPU visible to this process (CUDA_VISIBLE_DEVICES, driver); use --device cpu")
     ranks = max(local_size or 0, local_rank + 1)
-    if ranks > count:
-        raise LaunchError(f"{why}: {ranks} ranks on this node but {count} GPU(s) visible; start at most {count} ranks "
-                          "per node (torchrun --nproc-per-node, srun --ntasks-per-node) or use --device cpu")
-    return torch.device("cuda", local_rank)
+    if ranks > count and backend != "gloo":
+        raise LaunchError(f"{why}: {ranks} ranks on this node but {count} GPU(s) visible; NCCL needs one GPU per rank: "
+                          "start at most that many ranks per node (torchrun --nproc-per-node, srun --ntasks-per-node), "
+                          "or share GPUs with --backend gloo")
+    return torch.device("cuda", local_rank % count)
 
 
 def make_communicator(backend: str = "auto", device: str = "cpu", timeout_s: float = 600.0) -> Communicator:
@@ -76,7 +79,7 @@ def make_communicator(backend: str = "auto", device: str = "cpu", timeout_s: flo
     on = torch.device("cpu")
     if device == "cuda":
         where = (launch.local_rank, launch.local_size) if launch else (0, 1)
-        on = _gpus_for(*where, f"--device cuda (backend {backend})")
+        on = _gpu_for(*where, backend)
         torch.cuda.set_device(on)
     if launch is None:
         comm = LocalCommunicator()

@@ -95,9 +95,8 @@ class Communicator(ABC):
 
     def allreduce_mean_(self, buf, purpose: str):
         """Average ``buf`` over ranks, in place; returns ``buf``."""
-        self.allreduce_sum_(buf, purpose)
-        if self.world_size > 1:
-            buf *= 1.0 / self.world_size
+        self._count(purpose, _nbytes(buf))
+        self._allreduce_mean(buf)
         return buf
 
     def bcast_(self, buf, purpose: str, root: int = 0):
@@ -147,6 +146,11 @@ class Communicator(ABC):
     # Backend hooks -------------------------------------------------------------
     @abstractmethod
     def _allreduce_sum(self, buf) -> None: ...
+
+    def _allreduce_mean(self, buf) -> None:
+        self._allreduce_sum(buf)
+        if self.world_size > 1:
+            buf *= 1.0 / self.world_size
 
     @abstractmethod
     def _bcast(self, buf, root: int) -> None: ...

@@ -67,6 +67,12 @@ class TorchCommunicator(Communicator):
         self._dist.all_reduce(t, op=self._dist.ReduceOp.SUM)
         back()
 
+    def _allreduce_mean(self, buf) -> None:
+        if self.backend == "nccl" and isinstance(buf, torch.Tensor) and buf.device == self.device and buf.is_floating_point():
+            self._dist.all_reduce(buf, op=self._dist.ReduceOp.AVG)  # NCCL scales inside the reduction: no extra pass
+        else:
+            super()._allreduce_mean(buf)
+
     def _bcast(self, buf, root: int) -> None:
         t, back = self._tensor(buf)
         self._dist.broadcast(t, src=root)
