@@ -1,0 +1,84 @@
+"""Fixed-seed runs of every preset, pinned: refactors must not change a single bit.
+
+Each case runs in this process (1 rank) and under ``mpiexec -n 2 ... --with-mpi`` (2
+ranks, MPI or gloo). The pins are a SHA-256 of the final float32 parameters, the
+synchronization steps and the paper-formula byte total. A commit that changes a random
+stream or the arithmetic on purpose re-pins here, and says so.
+"""
+
+import hashlib
+
+import pytest
+
+from fdahpc.config import TrainConfig
+from fdahpc.sync_loop import build, train
+
+pytestmark = pytest.mark.distributed
+
+CASES = {
+    "synchronous": {},
+    "fedavg": {"tau": 5},
+    "fedavg-sampled": {"strategy": "fedavg", "tau": 5, "clients_per_round": 1},
+    "linearfda": {"theta": 0.5},
+    "sketchfda": {"theta": 0.5},
+    "fedavgm": {"tau": 5},
+    "fedadam": {"tau": 5},
+    "fedadp": {"tau": 5},
+    "fedadp-sketch": {"strategy": "fedadp", "tau": 5, "fedadp_angles": "sketch"},
+    "fedadam+sketch": {"strategy": "fedadam", "sync": "sketch", "theta": 0.5},
+}
+
+# case@world size -> (SHA-256 over every rank's final w, sync steps, comm_bytes)
+PINS = {
+    'fedadam+sketch@1': ('b90d60cbc87c84c2', [], 150120),
+    'fedadam+sketch@2': ('2a21e6e7e42dc1f1', [], 300240),
+    'fedadam@1': ('581c2229ff4b21e5', [5, 10, 15, 20, 25, 30], 2961888),
+    'fedadam@2': ('69ba02174f9deac9', [5, 10, 15, 20, 25, 30], 5923776),
+    'fedadp-sketch@1': ('22c782bbb309b432', [5, 10, 15, 20, 25, 30], 2991912),
+    'fedadp-sketch@2': ('1aea997ec95465e2', [5, 10, 15, 20, 25, 30], 5983824),
+    'fedadp@1': ('22c782bbb309b432', [5, 10, 15, 20, 25, 30], 5923920),
+    'fedadp@2': ('c28b3bb1d2782acd', [5, 10, 15, 20, 25, 30], 11847840),
+    'fedavg-sampled@1': ('5b713fc99a64560c', [5, 10, 15, 20, 25, 30], 2961888),
+    'fedavg-sampled@2': ('ff3c065646e7cb1a', [5, 10, 15, 20, 25, 30], 2961888),
+    'fedavg@1': ('5b713fc99a64560c', [5, 10, 15, 20, 25, 30], 2961888),
+    'fedavg@2': ('253075fbbdb92412', [5, 10, 15, 20, 25, 30], 5923776),
+    'fedavgm@1': ('01e1cee33877cf69', [5, 10, 15, 20, 25, 30], 2961888),
+    'fedavgm@2': ('e7ad7ee3ee270efc', [5, 10, 15, 20, 25, 30], 5923776),
+    'linearfda@1': ('5b713fc99a64560c', [6, 15, 28], 1481184),
+    'linearfda@2': ('68a97618f0530b53', [7, 17], 1975072),
+    'sketchfda@1': ('5b713fc99a64560c', [29], 643768),
+    'sketchfda@2': ('f148b3a365ec0ad0', [19], 1287536),
+    'synchronous@1': ('5b713fc99a64560c', [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30], 14809440),
+    'synchronous@2': ('0b6df8bc4853c585', [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30], 29618880),
+}
+
+
+def _run(comm, tmp_path, case):
+    overrides = {"strategy": case, **CASES[case]}
+    out = comm.bcast_obj(str(tmp_path / "run.h5"))
+    cfg = TrainConfig(dataset="mnist5k", model="lenet5", batch_size=16, log_every=10**6, max_steps=30, eval_every=30,
+                      seed=3, out=out, **overrides)
+    setup = build(cfg, comm)
+    syncs = []
+    after_step = setup.strategy.after_step
+
+    def recording():
+        synced = after_step()
+        if synced:
+            syncs.append(setup.strategy.steps)
+        return synced
+
+    setup.strategy.after_step = recording
+    result = train(setup)
+    mine = hashlib.sha256(setup.flat.w.detach().cpu().numpy().tobytes()).hexdigest()
+    digest = hashlib.sha256("".join(comm.allgather_obj(mine)).encode()).hexdigest()[:16]  # every rank's model
+    return digest, syncs, result["comm_bytes"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_preset_is_bit_identical_to_its_pin(comm, tmp_path, case):
+    got = _run(comm, tmp_path, case)
+    key = f"{case}@{comm.world_size}"
+    if key not in PINS:
+        pytest.fail(f"no pin for {key}: add {key!r}: {got!r},")
+    assert got == PINS[key]
