@@ -68,8 +68,10 @@ from dataclasses import dataclass, field
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
 from _common import REPO_ROOT, CpuMeter, median, print_table, read_run, run_train
 
-FDA_PRESETS = {"linearfda": "linear", "sketchfda": "sketch"}  # preset -> its trigger
-FDA_TRIGGERS = ("linear", "sketch")
+from fdahpc.strategies import PRESETS, TRIGGERS  # noqa: E402
+
+FDA_TRIGGERS = tuple(name for name, cls in TRIGGERS.items() if cls.threshold)  # what Θ sweeps apply to
+FDA_PRESETS = {name: p.trigger for name, p in PRESETS.items() if p.trigger in FDA_TRIGGERS}  # preset -> its trigger
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEFAULTS = dict(

@@ -71,8 +71,7 @@ def run_label(attrs: dict, config: dict) -> str:
     workers = attrs.get("workers", attrs.get("world_size"))
     if workers is not None:
         parts.append(f"K={_text(workers)}")
-    uses_fda = "fda" in strategy or config.get("sync") in ("linear", "sketch")
-    if uses_fda and config.get("theta") is not None:
+    if _threshold_trigger(strategy, config.get("sync")) and config.get("theta") is not None:
         parts.append(f"θ={config['theta']:g}")
     if config.get("tau") is not None:
         parts.append(f"τ={config['tau']}")
@@ -80,6 +79,15 @@ def run_label(attrs: dict, config: dict) -> str:
     if partition not in (None, ""):
         parts.append(_text(partition))
     return " ".join(parts)
+
+
+def _threshold_trigger(strategy: str, sync: str | None) -> bool:
+    """Whether the run's trigger compares an estimate with Θ (then Θ names the run)."""
+    from .strategies import PRESETS, TRIGGERS, trigger_of
+
+    if strategy not in PRESETS or (sync is not None and sync not in TRIGGERS):
+        return False  # a run file from another version: no label is better than a wrong one
+    return trigger_of(strategy, sync).threshold
 
 
 def _config(attrs) -> dict:

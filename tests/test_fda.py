@@ -161,3 +161,28 @@ def test_log_variance_records_exact_variance(tmp_path):
         assert f["fda/step"][:].tolist() == list(range(3, 31, 3))
         # One worker: the variance is exactly 0 and H is the drift off the ξ direction.
         assert np.all(f["fda/variance"][:] == 0) and np.all(f["fda/h"][:] >= 0)
+
+
+def test_a_trigger_is_one_decorated_class():
+    from fdahpc.strategies import TRIGGERS, Trigger, trigger, trigger_of
+
+    @trigger("test-every-third")
+    class EveryThird(Trigger):
+        @classmethod
+        def build(cls, ctx):
+            return cls()
+
+        def should_sync(self, step, w, anchor):
+            return step % 3 == 0
+
+    try:
+        assert trigger_of("fedavg", "test-every-third") is EveryThird and EveryThird.name == "test-every-third"
+        assert not EveryThird.threshold and EveryThird().records() == [] and EveryThird().state_bytes == 0
+        with pytest.raises(ValueError, match="taken"):
+            trigger("test-every-third")(type("Other", (Trigger,), {}))
+        with pytest.raises(TypeError, match="must subclass Trigger"):
+            trigger("test-not-a-trigger")(int)
+    finally:
+        TRIGGERS.pop("test-every-third")
+    assert trigger_of("linearfda").threshold and trigger_of("sketchfda").needs_sketch(None)
+    assert not trigger_of("fedavg").threshold and not trigger_of("synchronous").threshold

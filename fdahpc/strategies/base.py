@@ -9,51 +9,137 @@ with any rule, so e.g. FedAdam driven by a SketchFDA trigger needs no class of i
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
 from ..comm import Communicator
 from .participation import Participation
 
-__all__ = ["Trigger", "Rule", "Synchronizer", "paper_comm_bytes"]
+__all__ = ["BuildContext", "Trigger", "Rule", "TRIGGERS", "RULES", "trigger", "rule", "Synchronizer", "paper_comm_bytes"]
 
 
-class Trigger(Protocol):
+@dataclass
+class BuildContext:
+    """What a trigger or rule may need to build itself, the same for every kind."""
+
+    cfg: Any
+    comm: Communicator
+    dim: int
+    steps_per_epoch: int
+    num_samples: int  # this rank's training samples
+    participation: Participation
+
+    @functools.cached_property
+    def sketch(self):
+        """The run's one AMS sketcher, built on first use: the SketchFDA trigger and
+        sketched FedAdp angles hash with the same table (2·l·d bytes), held once."""
+        from ..sketch import AmsSketch
+
+        return AmsSketch(self.dim, rows=self.cfg.sketch_rows, cols=self.cfg.sketch_cols, seed=self.cfg.seed)
+
+
+class Trigger:
+    """When to synchronize. The defaults describe a trigger without state or traffic;
+    a subclass overrides what it has."""
+
+    name = ""  # set by @trigger
     #: Bytes of the local state each rank reduces every step (0 for fixed schedules).
-    state_bytes: int
+    state_bytes = 0
     #: Whether the trigger reads the last synchronized model ``w_t0``.
-    needs_anchor: bool
+    needs_anchor = False
+    #: Decides by comparing a variance estimate with Θ (FDA): rounds have no fixed length,
+    #: so client sampling does not apply, Θ is what a sweep varies and the estimate is
+    #: what a plot draws.
+    threshold = False
+
+    @classmethod
+    def needs_sketch(cls, cfg) -> bool:
+        """Whether this trigger, configured by ``cfg``, hashes AMS sketches."""
+        return False
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "Trigger":
+        raise NotImplementedError
 
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None) -> bool:
         """Collective when ``state_bytes > 0``; must return the same value on every rank."""
+        raise NotImplementedError
 
-    def on_sync(self, old_anchor: torch.Tensor | None, new_anchor: torch.Tensor) -> None: ...
+    def on_sync(self, old_anchor: torch.Tensor | None, new_anchor: torch.Tensor) -> None:
+        pass
 
     def records(self) -> list[tuple[str, float]]:
         """(dataset name, value) pairs for the run file after the latest step."""
+        return []
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
 
 
-class Rule(Protocol):
+class Rule:
+    """How to combine the models at a synchronization."""
+
+    name = ""  # set by @rule
     #: Full-model AllReduces one synchronization costs (FedAdp needs two).
-    model_reductions: int
+    model_reductions = 1
     #: Small per-node data one synchronization also uploads (FedAdp's scalars or sketches).
-    round_state_bytes: int
-    needs_anchor: bool
+    round_state_bytes = 0
+    needs_anchor = False
+
+    @classmethod
+    def needs_sketch(cls, cfg) -> bool:
+        return False
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "Rule":
+        raise NotImplementedError
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
         """Collective: replace ``w`` by the new global model on every rank; ``anchor`` is read-only."""
+        raise NotImplementedError
 
     def records(self) -> list[tuple[str, Any]]:
         """(dataset name, value) pairs for the run file after the latest synchronization."""
+        return []
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+#: name -> class; filled by the decorators below, next to each class.
+TRIGGERS: dict[str, type[Trigger]] = {}
+RULES: dict[str, type[Rule]] = {}
+
+
+def _registrar(registry: dict, base: type, kind: str) -> Callable[[str], Callable[[type], type]]:
+    def register(name: str) -> Callable[[type], type]:
+        def add(cls: type) -> type:
+            if not issubclass(cls, base):
+                raise TypeError(f"@{kind}({name!r}): {cls.__name__} must subclass {base.__name__}")
+            if name in registry:
+                raise ValueError(f"@{kind}({name!r}): the name is taken by {registry[name].__name__}")
+            cls.name = name
+            registry[name] = cls
+            return cls
+
+        return add
+
+    return register
+
+
+#: ``@trigger("name")`` above a :class:`Trigger` subclass makes it ``--sync name``.
+trigger = _registrar(TRIGGERS, Trigger, "trigger")
+#: ``@rule("name")`` above a :class:`Rule` subclass registers it for presets.
+rule = _registrar(RULES, Rule, "rule")
 
 
 def paper_comm_bytes(*, syncs: int, steps: int, dim: int, workers: int, state_bytes: int,
@@ -72,9 +158,8 @@ def paper_comm_bytes(*, syncs: int, steps: int, dim: int, workers: int, state_by
 class Synchronizer:
     """Runs a trigger and a rule over a flat parameter buffer ``w``."""
 
-    def __init__(self, name: str, comm: Communicator, w: torch.Tensor, trigger: Trigger, rule: Rule,
+    def __init__(self, comm: Communicator, w: torch.Tensor, trigger: Trigger, rule: Rule,
                  participation: Participation | None = None) -> None:
-        self.name = name
         self.comm = comm
         self.w = w
         self.trigger = trigger

@@ -29,6 +29,7 @@ import torch
 
 from ..comm import Communicator
 from ..sketch import AmsSketch, estimate_sq_norm
+from .base import BuildContext, Trigger, trigger
 
 __all__ = ["LinearFDATrigger", "SketchFDATrigger", "exact_variance"]
 
@@ -42,10 +43,11 @@ def exact_variance(comm: Communicator, u: torch.Tensor) -> float:
     return float(local[0] - torch.dot(mean_u, mean_u))
 
 
-class _FDATrigger:
+class _FDATrigger(Trigger):
     """The part both variants share: drift, the one state AllReduce, the decision, records."""
 
     needs_anchor = True
+    threshold = True
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int,
                  log_every: int = 1, log_variance: bool = False) -> None:
@@ -93,6 +95,7 @@ class _FDATrigger:
         self.theta = state["theta"]
 
 
+@trigger("linear")
 class LinearFDATrigger(_FDATrigger):
     """8 bytes per step: the squared drift and its projection on ξ."""
 
@@ -102,6 +105,11 @@ class LinearFDATrigger(_FDATrigger):
         self.xi = torch.randn(dim, generator=gen, dtype=torch.float32)
         self.xi /= torch.linalg.vector_norm(self.xi)
         self.syncs_seen = 0
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "LinearFDATrigger":
+        c = ctx.cfg
+        return cls(ctx.comm, ctx.dim, c.theta, seed=c.seed, log_every=c.fda_log_every, log_variance=c.log_variance)
 
     def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
         if self.xi.device != u.device:
@@ -133,6 +141,7 @@ class LinearFDATrigger(_FDATrigger):
         self.syncs_seen = state["syncs_seen"]
 
 
+@trigger("sketch")
 class SketchFDATrigger(_FDATrigger):
     """4 + 4·l·m bytes per step: the squared drift and an AMS sketch of the drift."""
 
@@ -150,6 +159,16 @@ class SketchFDATrigger(_FDATrigger):
         self.sketcher = sketcher
         self._sk = np.empty((rows, cols), dtype=np.float64)
 
+    @classmethod
+    def needs_sketch(cls, cfg) -> bool:
+        return True
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "SketchFDATrigger":
+        c = ctx.cfg
+        return cls(ctx.comm, ctx.dim, c.theta, sketcher=ctx.sketch, eps=c.sketch_epsilon,
+                   log_every=c.fda_log_every, log_variance=c.log_variance)
+
     def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
         if u.device.type == "cpu":  # the Numba kernel
             self.sketcher.sketch_into(u, self._sk)
@@ -161,9 +180,6 @@ class SketchFDATrigger(_FDATrigger):
         """H(S̄) = mean ||u||^2 - M2(mean sk(u)) / (1 + ε), from the averaged state."""
         mean_sk = state[1:].reshape(self._sk.shape).astype(np.float64)
         return float(state[0]) - estimate_sq_norm(mean_sk) / (1.0 + self.eps)
-
-    def on_sync(self, old_anchor, new_anchor) -> None:
-        pass
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "eps": self.eps, "sketch": self.sketcher.state_dict()}

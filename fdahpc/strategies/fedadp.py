@@ -20,6 +20,7 @@ import torch
 from ..aggregate import FedAdpWeights
 from ..comm import Communicator
 from ..sketch import AmsSketch
+from .base import BuildContext, Rule, rule
 from .participation import Participation
 
 __all__ = ["FedAdpRule", "ANGLE_MODES", "sketch_cosine"]
@@ -34,7 +35,8 @@ def sketch_cosine(sk_a: np.ndarray, sk_b: np.ndarray) -> float:
     return float(np.median(np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)))
 
 
-class FedAdpRule:
+@rule("fedadp")
+class FedAdpRule(Rule):
     needs_anchor = True
 
     def __init__(self, comm: Communicator, participation: Participation, num_samples: int, *, alpha: float = 5.0,
@@ -55,6 +57,16 @@ class FedAdpRule:
         self.round_state_bytes = 24 if angles == "exact" else 4 + sketch.nbytes
         self._delta: torch.Tensor | None = None
         self._records: list[tuple[str, Any]] = []
+
+    @classmethod
+    def needs_sketch(cls, cfg) -> bool:
+        return cfg.fedadp_angles == "sketch"
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "FedAdpRule":
+        c = ctx.cfg
+        return cls(ctx.comm, ctx.participation, ctx.num_samples, alpha=c.fedadp_alpha, angles=c.fedadp_angles,
+                   sketch=ctx.sketch if cls.needs_sketch(c) else None)
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor) -> None:
         part = self.participation

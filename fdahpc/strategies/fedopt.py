@@ -17,17 +17,18 @@ from typing import Any
 
 import torch
 
-from ..aggregate import ServerOptimizer
+from ..aggregate import FedAdam, FedAvgM, ServerOptimizer
 from ..comm import Communicator
+from .base import BuildContext, Rule, rule
 from .participation import Participation, participant_mean_
 
-__all__ = ["ServerOptRule"]
+__all__ = ["ServerOptRule", "FedAvgMRule", "FedAdamRule"]
 
 
-class ServerOptRule:
-    model_reductions = 1
+class ServerOptRule(Rule):
+    """The participants' mean, then a server optimizer's step from the last global model."""
+
     needs_anchor = True
-    round_state_bytes = 0
 
     def __init__(self, comm: Communicator, participation: Participation, optimizer: ServerOptimizer) -> None:
         self.comm = comm
@@ -44,11 +45,26 @@ class ServerOptRule:
         self.optimizer.step(self._server, w)
         w.copy_(self._server)
 
-    def records(self) -> list[tuple[str, Any]]:
-        return []
-
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+@rule("fedavgm")
+class FedAvgMRule(ServerOptRule):
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "FedAvgMRule":
+        c = ctx.cfg
+        return cls(ctx.comm, ctx.participation, FedAvgM(ctx.dim, eta_s=c.server_lr or 0.316, beta=c.server_momentum))
+
+
+@rule("fedadam")
+class FedAdamRule(ServerOptRule):
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "FedAdamRule":
+        c = ctx.cfg
+        beta_1, beta_2 = c.server_beta_pair
+        return cls(ctx.comm, ctx.participation,
+                   FedAdam(ctx.dim, eta_s=c.server_lr or 1e-3, beta_1=beta_1, beta_2=beta_2, tau=c.server_tau))

@@ -13,30 +13,34 @@ from typing import Any
 import torch
 
 from ..comm import Communicator
+from .base import BuildContext, Rule, Trigger, rule, trigger
 from .participation import Participation, participant_mean_
 
-__all__ = ["PeriodicTrigger", "MeanRule"]
+__all__ = ["PeriodicTrigger", "EveryStepTrigger", "MeanRule", "periodic_tau"]
 
 
-class PeriodicTrigger:
+def periodic_tau(cfg, steps_per_epoch: int) -> int:
+    """τ in local steps: ``--tau`` if given, else ``--local-epochs`` worth of steps."""
+    if cfg.tau is not None:
+        return cfg.tau
+    return max(1, round(cfg.local_epochs * steps_per_epoch))
+
+
+@trigger("periodic")
+class PeriodicTrigger(Trigger):
     """Synchronize every ``tau`` local steps; no monitoring traffic."""
-
-    state_bytes = 0
-    needs_anchor = False
 
     def __init__(self, tau: int) -> None:
         if tau < 1:
             raise ValueError(f"tau {tau}: must be >= 1 local steps")
         self.tau = int(tau)
 
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "PeriodicTrigger":
+        return cls(periodic_tau(ctx.cfg, ctx.steps_per_epoch))
+
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None) -> bool:
         return step % self.tau == 0
-
-    def on_sync(self, old_anchor, new_anchor) -> None:
-        pass
-
-    def records(self) -> list[tuple[str, float]]:
-        return []
 
     def state_dict(self) -> dict[str, Any]:
         return {"tau": self.tau}
@@ -45,25 +49,27 @@ class PeriodicTrigger:
         self.tau = state["tau"]
 
 
-class MeanRule:
-    """The new global model is the plain average of the (participating) workers' models."""
+@trigger("every")
+class EveryStepTrigger(PeriodicTrigger):
+    """Synchronize after every local step (Synchronous, FDA's Θ = 0 limit)."""
 
-    model_reductions = 1
-    round_state_bytes = 0
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "EveryStepTrigger":
+        return cls(1)
+
+
+@rule("mean")
+class MeanRule(Rule):
+    """The new global model is the plain average of the (participating) workers' models."""
 
     def __init__(self, comm: Communicator, participation: Participation) -> None:
         self.comm = comm
         self.participation = participation
         self.needs_anchor = participation.sampling
 
+    @classmethod
+    def build(cls, ctx: BuildContext) -> "MeanRule":
+        return cls(ctx.comm, ctx.participation)
+
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
         participant_mean_(self.comm, self.participation, w, anchor)
-
-    def records(self) -> list[tuple[str, Any]]:
-        return []
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
