@@ -35,6 +35,8 @@ __all__ = [
     "FedAdam",
     "gompertz",
     "FedAdpWeights",
+    "sketch_cosine",
+    "sketched_cosines",
 ]
 
 
@@ -185,8 +187,7 @@ class ServerOptimizer:
                              f"built for dim={self.dim}; build it with the model's size")
         self._follow(ws)
         with torch.no_grad():
-            torch.sub(ws, wm, out=self._delta)
-            self._update(ws, self._delta)
+            self._update(ws, pseudo_gradient(ws, wm, out=self._delta))
         self.step_count += 1
         return w_server
 
@@ -374,3 +375,25 @@ class FedAdpWeights:
         self.smoothed = np.asarray(state["smoothed"], dtype=np.float64).copy()
         self.counts = np.asarray(state["counts"], dtype=np.int64).copy()
         self.step_count = int(state["step"])
+
+
+def sketch_cosine(sk_a: np.ndarray, sk_b: np.ndarray) -> float:
+    """cos(a, b) from AMS sketches ``(rows, cols)``: the median over rows of each row's
+    cosine (0 for a zero row)."""
+    dots = np.einsum("rj,rj->r", sk_a, sk_b)
+    norms = np.sqrt(np.einsum("rj,rj->r", sk_a, sk_a) * np.einsum("rj,rj->r", sk_b, sk_b))
+    return float(np.median(np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)))
+
+
+def sketched_cosines(n, sketches) -> np.ndarray:
+    """FedAdp's ``cos(Delta_i, g)`` for every node from the nodes' sketches alone.
+
+    ``sketches[i]`` is ``sk(Delta_i)`` and ``n[i]`` its sample count. Sketches are linear,
+    so ``sk(g)`` is ``sum_i n_i sk(Delta_i)`` (the scale of g does not change an angle).
+    Each cosine is estimated row by row from one sketch pair, then the median taken:
+    numerator and norms share their hashing errors, so the ratio is steadier than an
+    estimated inner product over exact norms.
+    """
+    sks = np.asarray(sketches, dtype=np.float64)
+    sk_g = np.tensordot(np.asarray(n, dtype=np.float64), sks, axes=1)
+    return np.array([sketch_cosine(s, sk_g) for s in sks])

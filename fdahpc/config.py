@@ -106,9 +106,6 @@ class TrainConfig:
                     object.__setattr__(self, name, value)
         _validate(self)
 
-    def replace(self, **changes: Any) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
-
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 

@@ -62,11 +62,6 @@ class FlatParams:
             offset += b.numel()
         self._params = params
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the model as communicated (float32 trainable parameters)."""
-        return 4 * self.dim
-
     def is_flat(self) -> bool:
         """True while every parameter still lives in the buffer (an optimizer or ``.to()`` can break that)."""
         base = self.w.untyped_storage().data_ptr()

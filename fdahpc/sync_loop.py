@@ -150,7 +150,7 @@ def train(s: Setup, stop=None) -> dict:
     cfg, comm, strategy = s.cfg, s.comm, s.strategy
     attrs = dict(
         strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, partition=cfg.partition,
-        world_size=comm.world_size, workers=comm.world_size, params=s.flat.dim,
+        world_size=comm.world_size, params=s.flat.dim,
         target_accuracy=cfg.target_accuracy or -1.0, steps_per_epoch=s.steps_per_epoch,
         state_bytes=strategy.trigger.state_bytes, config=cfg.to_json(),
     )

@@ -213,3 +213,22 @@ def naive_fedbuff(w, deltas, staleness, K, eta):
             acc += float(delta[j]) / _math.sqrt(1.0 + tau)
         out.append(float(w[j]) + eta * acc / K)
     return out
+
+
+def naive_sketched_cosines(n, sketches):
+    """FedAdp's sketched cos(Delta_i, g): sk(g) = sum_i n_i sk_i, then per node the median
+    over rows of the row cosines (0 where a row has zero norm), with plain loops."""
+    nodes, rows, cols = len(sketches), len(sketches[0]), len(sketches[0][0])
+    sk_g = [[sum(n[i] * float(sketches[i][r][j]) for i in range(nodes)) for j in range(cols)] for r in range(rows)]
+    out = []
+    for i in range(nodes):
+        per_row = []
+        for r in range(rows):
+            a, b = [float(x) for x in sketches[i][r]], sk_g[r]
+            dot = sum(x * y for x, y in zip(a, b))
+            norm = _math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+            per_row.append(dot / norm if norm > 0 else 0.0)
+        per_row.sort()
+        mid = len(per_row) // 2
+        out.append(per_row[mid] if len(per_row) % 2 else (per_row[mid - 1] + per_row[mid]) / 2)
+    return out

@@ -307,3 +307,15 @@ def test_fedadp_rejects_bad_inputs(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         FedAdpWeights(3).update(**args)
+
+
+def test_sketched_cosines_match_naive():
+    from naive import naive_sketched_cosines
+
+    from fdahpc.aggregate import sketched_cosines
+
+    rng = np.random.default_rng(5)
+    sks = rng.normal(size=(4, 5, 7))
+    sks[2, 1] = 0.0  # a zero row scores 0
+    n = np.array([10.0, 20.0, 5.0, 1.0])
+    np.testing.assert_allclose(sketched_cosines(n, sks), naive_sketched_cosines(n.tolist(), sks.tolist()), rtol=1e-12)

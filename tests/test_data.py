@@ -229,7 +229,7 @@ def test_mnist_loader_normalizes_and_keeps_only_requested_rows(tmp_path, gz, dot
     assert np.array_equal(data.y_train, [1, 0, 5])
     expected = (np.array([11, 0, 5], dtype=np.float32) / 255 - 0.1307) / 0.3081
     assert np.allclose(data.x_train[:, 0, 3, 7], expected, atol=1e-6)
-    assert data.in_channels == 1 and data.image_size == 28 and data.num_classes == 10
+    assert data.x_train.shape[1:] == (1, 28, 28) and data.num_classes == 10
 
 
 def test_torchvision_layout_and_label_mismatch(tmp_path):

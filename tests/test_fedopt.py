@@ -10,7 +10,7 @@ from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
 from fdahpc.strategies import build_strategy, paper_comm_bytes
 from fdahpc.strategies.fda import SketchFDATrigger
-from fdahpc.strategies.fedadp import sketch_cosine
+from fdahpc.aggregate import sketch_cosine
 from fdahpc.strategies.fedopt import ServerOptRule
 from fdahpc.strategies.participation import Participation
 

@@ -43,11 +43,11 @@ def test_run_file_schema(comm, tmp_path):
         return
     with h5py.File(setup.out) as f:
         a = f.attrs
-        for key in ("strategy", "model", "dataset", "partition", "world_size", "workers", "params", "steps",
+        for key in ("strategy", "model", "dataset", "partition", "world_size", "params", "steps",
                     "syncs", "comm_bytes", "comm_bytes_rank0", "final_accuracy", "target_accuracy",
                     "steps_to_target", "comm_bytes_to_target", "wall_seconds", "config"):
             assert key in a, key
-        assert a["strategy"] == "fedavg" and a["workers"] == comm.world_size and a["params"] == setup.flat.dim
+        assert a["strategy"] == "fedavg" and a["world_size"] == comm.world_size and a["params"] == setup.flat.dim
         assert a["steps"] == 40 and a["syncs"] == 8 and a["steps_to_target"] == -1
         assert json.loads(a["config"])["tau"] == 5
         assert f["eval/step"][:].tolist() == [10, 20, 30, 40]
@@ -96,7 +96,7 @@ def test_mpiexec_default_job_learns(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done:" in proc.stdout and proc.stdout.count("done:") == 1  # rank 0 alone reports
     with h5py.File(out) as f:
-        assert f.attrs["strategy"] == "sketchfda" and f.attrs["workers"] == 4
+        assert f.attrs["strategy"] == "sketchfda" and f.attrs["world_size"] == 4
         assert f.attrs["final_accuracy"] >= 0.90
         assert 0 < f.attrs["syncs"] < f.attrs["steps"]
         assert f.attrs["comm_bytes"] == paper_comm_bytes(

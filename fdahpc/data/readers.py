@@ -60,15 +60,6 @@ class Dataset:
                                  f"images and int64 (N,) labels, got {x.dtype} {x.shape} and "
                                  f"{y.dtype} {y.shape}")
 
-    @property
-    def in_channels(self) -> int:
-        return int(self.x_train.shape[1])
-
-    @property
-    def image_size(self) -> int:
-        """Height (= width: every dataset here has square images)."""
-        return int(self.x_train.shape[2])
-
 
 def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
                  train_indices: TrainIndices | None = None) -> Dataset:

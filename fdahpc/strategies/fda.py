@@ -61,7 +61,6 @@ class _FDATrigger(Trigger):
         self.state_bytes = 4 * state_len
         self._u: torch.Tensor | None = None  # drift scratch, allocated beside w on first use
         self._records: list[tuple[str, float]] = []
-        self.last_h = float("nan")
 
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
         if self._u is None:
@@ -71,7 +70,7 @@ class _FDATrigger(Trigger):
         # The state is computed and reduced where w lives; only the reduced state (8 bytes
         # for LinearFDA, 5 KB for SketchFDA) comes to the host for the decision.
         state = self.comm.allreduce_mean_(self.local_state(u), "monitor").cpu().numpy()
-        self.last_h = h = self.estimate(state)
+        h = self.estimate(state)
         self._records.clear()
         if step % self.log_every == 0:
             self._records += [("fda/step", step), ("fda/h", h)]

@@ -17,22 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..aggregate import FedAdpWeights
+from ..aggregate import FedAdpWeights, apply_update, sketched_cosines
 from ..comm import Communicator
 from ..sketch import AmsSketch
 from .base import BuildContext, Rule, rule
 from .participation import Participation
 
-__all__ = ["FedAdpRule", "ANGLE_MODES", "sketch_cosine"]
+__all__ = ["FedAdpRule", "ANGLE_MODES"]
 
 ANGLE_MODES = ("exact", "sketch")
-
-
-def sketch_cosine(sk_a: np.ndarray, sk_b: np.ndarray) -> float:
-    """cos(a, b) from AMS sketches: the median over rows of each row's cosine (0 for a zero row)."""
-    dots = np.einsum("rj,rj->r", sk_a, sk_b)
-    norms = np.sqrt(np.einsum("rj,rj->r", sk_a, sk_a) * np.einsum("rj,rj->r", sk_b, sk_b))
-    return float(np.median(np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)))
 
 
 @rule("fedadp")
@@ -81,7 +74,8 @@ class FedAdpRule(Rule):
         psi_all[p] = psi
         delta.mul_(float(psi_all[self.comm.rank]))
         self.comm.allreduce_sum_(delta, "sync")
-        torch.add(anchor, delta, out=w)
+        w.copy_(anchor)
+        apply_update(w, delta)
         angles = np.full(self.comm.world_size, np.nan)
         angles[p] = self.weights.angles[p]
         self._records = [("round/weights", psi_all), ("round/angles", angles)]
@@ -99,13 +93,8 @@ class FedAdpRule(Rule):
         mine = np.concatenate([[n_i], sk.ravel()]).astype(np.float32)
         stats = self.comm.allgather(mine, "sync").astype(np.float64)
         n = stats[:, 0]
-        sks = stats[:, 1:].reshape(-1, self.sketch.rows, self.sketch.cols)
-        sk_g = np.tensordot(n, sks, axes=1)  # sketch of Σ n_i Δ_i (the scale is irrelevant)
-        # Cosines estimated row by row from one sketch pair, then the median: numerator and
-        # norms share their hashing errors, so the ratio is steadier than mixing an estimated
-        # inner product with exact norms. Passed on as (cos, 1, 1).
-        cos = np.array([sketch_cosine(s, sk_g) for s in sks])
-        return n, np.ones_like(n), cos, 1.0
+        cos = sketched_cosines(n, stats[:, 1:].reshape(-1, self.sketch.rows, self.sketch.cols))
+        return n, np.ones_like(n), cos, 1.0  # passed on as (cos, 1, 1)
 
     def records(self) -> list[tuple[str, Any]]:
         return self._records
