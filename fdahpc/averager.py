@@ -1,0 +1,91 @@
+"""FDA (or any fdahpc strategy) inside your own PyTorch training loop.
+
+    comm = make_communicator()                      # MPI under mpirun, torch.distributed under torchrun
+    avg = ModelAverager(model, comm, "linearfda", theta=0.5)
+    for x, y in batches:
+        ...; optimizer.step()
+        if avg.step():                              # after every optimizer step
+            ...                                     # the models were just combined
+
+The averager moves the model's trainable parameters into one flat buffer (the same
+``nn.Parameter`` objects, new storage), broadcasts rank 0's initial model to every rank,
+and builds the strategy exactly as ``python -m fdahpc.train`` does: the options are the
+command line's (``theta``, ``tau``, ``server_lr``, ``clients_per_round``, ...) with the
+same defaults and the same checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+__all__ = ["ModelAverager"]
+
+
+class ModelAverager:
+    """One strategy over ``model`` on every rank of ``comm``.
+
+    ``steps_per_epoch`` turns ``local_epochs`` into a round length for the periodic
+    strategies (give ``tau`` instead, in steps, or both are refused); ``num_samples`` is
+    this rank's sample count, used by FedAdp's weights. Build it before the first
+    optimizer step.
+    """
+
+    def __init__(self, model: nn.Module, comm=None, strategy: str = "sketchfda", *, steps_per_epoch: int | None = None,
+                 num_samples: int = 1, seed: int = 0, **options: Any) -> None:
+        from .comm import make_communicator
+        from .config import TrainConfig
+        from .params import FlatParams
+        from .strategies import PRESETS, TRIGGERS, build_strategy, trigger_of
+
+        if strategy not in PRESETS:
+            raise ValueError(f"strategy {strategy!r}: unknown; choose one of {', '.join(PRESETS)}")
+        known = set(TrainConfig.__dataclass_fields__)
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"option {unknown[0]!r}: unknown; options are the flags of python -m fdahpc.train "
+                             "with underscores, e.g. theta=1.0, tau=100, server_lr=0.01")
+        cfg = TrainConfig(strategy=strategy, seed=seed, **options)
+        periodic = trigger_of(strategy, cfg.sync) is TRIGGERS["periodic"]
+        if periodic and cfg.tau is None and steps_per_epoch is None:
+            raise ValueError(f"strategy {strategy!r}: give tau=STEPS (the round length) or steps_per_epoch= "
+                             "(to count --local-epochs)")
+        self.comm = comm if comm is not None else make_communicator()
+        self.flat = FlatParams(model)
+        self.strategy = build_strategy(cfg, self.comm, self.flat.w, steps_per_epoch or 1, num_samples)
+        self.comm.bcast_(self.flat.w, "control")  # one initial model everywhere
+        self.strategy.reset()
+
+    def step(self) -> bool:
+        """Collective; call on every rank after each ``optimizer.step()`` (also after a
+        skipped one, see :attr:`participating`). True when the models were combined."""
+        return self.strategy.after_step()
+
+    @property
+    def participating(self) -> bool:
+        """False on a rank that client sampling leaves out of this round: skip training
+        (but still call :meth:`step`)."""
+        return self.strategy.participating
+
+    @property
+    def steps(self) -> int:
+        return self.strategy.steps
+
+    @property
+    def syncs(self) -> int:
+        """How many times the models were combined."""
+        return self.strategy.syncs
+
+    @property
+    def comm_bytes(self) -> int:
+        """Training traffic of all ranks so far, counted as the FDA paper does (models up
+        and down, monitoring state up); what this rank itself sent is ``comm.bytes_sent``."""
+        return self.strategy.comm_bytes()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's state (anchor, FDA state, server optimizer ...) for your checkpoint."""
+        return self.strategy.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.strategy.load_state_dict(state)
