@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..streams import PARTITION_GROUP, SHARDS, stream
+
 __all__ = ["PARTITION_KINDS", "PartitionSpec", "parse_partition", "partition"]
 
 PARTITION_KINDS = ("iid", "sorted", "label", "dirichlet", "classes", "mix")  # mix combines the others
@@ -155,14 +157,14 @@ def partition(labels: np.ndarray, world_size: int, spec: str, seed: int) -> list
                          "workers one; use fewer workers or more data")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed {seed!r}: must be an integer >= 0, e.g. 0")
-    shards = np.array_split(np.random.default_rng([seed, 0]).permutation(n), world_size)
+    shards = np.array_split(stream(seed, SHARDS).permutation(n), world_size)
     out: list[np.ndarray] = []
     first = 0
     for number, group in enumerate(groups, start=1):
         count = group.workers or world_size
         pool = np.concatenate(shards[first:first + count])
         first += count
-        rng = np.random.default_rng([seed, number])
+        rng = stream(seed, PARTITION_GROUP, number)
         local = _RULES[group.kind](labels[pool], count, group.arg, rng, spec)
         out.extend(np.sort(pool[idx]).astype(np.int64) for idx in local)
     return out

@@ -25,6 +25,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..streams import SYNTHETIC, stream
+
 __all__ = ["DATASETS", "FASHION_MNIST_DIR", "Dataset", "load_dataset",
            "read_idx", "read_idx_shape", "read_cifar_batch"]
 
@@ -353,7 +355,7 @@ def _load_synthetic(data_dir, seed, keep, n_train: int = 4000, n_test: int = 100
     """Ten classes, each a fixed image of three Gaussian bumps (so convolutions help, like
     real digits) plus unit pixel noise; learnable in a few epochs by any model here.
     Values are roughly zero-mean, unit-variance already, so no further normalization."""
-    rng = np.random.default_rng([seed, 2])  # a stream apart from the partitioner's
+    rng = stream(seed, SYNTHETIC)
     grid = np.arange(28, dtype=np.float32)
     prototypes = np.zeros((_NUM_CLASSES, 1, 28, 28), dtype=np.float32)
     for proto in prototypes:

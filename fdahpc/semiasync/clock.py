@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import streams
+
 __all__ = ["Scenario", "VirtualClock", "parse_scenarios", "stream_rng"]
 
 SCENARIO_KINDS = ("shift", "fluctuate", "dropout")
@@ -32,10 +34,9 @@ _EXAMPLE = "e.g. --scenario shift@200:100, fluctuate:10 or dropout@100:0.5"
 
 
 def stream_rng(seed: int, stream: int) -> np.random.Generator:
-    """An independent generator per purpose of the semi-asynchronous mode. ``spawn_key``
-    keeps these streams apart from the ``default_rng([seed, k])`` ones the partitioners
-    and client sampling use."""
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x5A, stream)))
+    """An independent generator per purpose of the semi-asynchronous mode (see
+    :mod:`fdahpc.streams`)."""
+    return streams.stream(seed, streams.SEMIASYNC, stream)
 
 
 # Stream numbers, one per purpose (all semi-asynchronous randomness derives from them).

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..comm import Communicator
+from ..streams import PARTICIPATION, stream
 
 __all__ = ["Participation", "participant_mean_"]
 
@@ -33,7 +34,7 @@ class Participation:
 
     def _draw(self) -> None:
         if self.sampling:
-            rng = np.random.default_rng([self.seed, self.round])
+            rng = stream(self.seed, PARTICIPATION, self.round)
             self.ranks = np.sort(rng.choice(self.world_size, self.count, replace=False))
         else:
             self.ranks = np.arange(self.world_size)
