@@ -238,8 +238,10 @@ class FedAdam(ServerOptimizer):
     ``m <- beta_1 m + (1-beta_1) Delta;  v <- beta_2 v + (1-beta_2) Delta^2;
     w <- w - eta_s m / (sqrt(v) + tau)``.
 
-    No bias correction, exactly as in Reddi et al.'s Algorithm 2 (so the first steps are
-    about ``eta_s * (1-beta_1)/sqrt(1-beta_2)`` per coordinate, not ``eta_s``). ``tau``
+    No bias correction by default, exactly as in Reddi et al.'s Algorithm 2 (so the first
+    steps are about ``eta_s * (1-beta_1)/sqrt(1-beta_2)`` per coordinate, not ``eta_s``);
+    ``bias_correction=True`` divides ``m`` by ``1-beta_1^t`` and ``v`` by ``1-beta_2^t``
+    in round ``t`` as Kingma and Ba's Adam does (what Keras' Adam applies). ``tau``
     is the adaptivity floor and must be positive: with tau = 0 a coordinate whose Delta
     has always been 0 would compute 0/0. Defaults are the FDA paper's (Keras Adam).
     """
@@ -248,7 +250,8 @@ class FedAdam(ServerOptimizer):
     _scratch = ("_delta", "_tmp")
 
     def __init__(self, dim: int, eta_s: float = 1e-3, beta_1: float = 0.9,
-                 beta_2: float = 0.999, tau: float = 1e-7):
+                 beta_2: float = 0.999, tau: float = 1e-7, bias_correction: bool = False):
+        self.bias_correction = bool(bias_correction)
         self.eta_s = _positive(eta_s, "eta_s", "1e-3")
         self.beta_1 = _beta(beta_1, "beta_1", "0.9")
         self.beta_2 = _beta(beta_2, "beta_2", "0.999")
@@ -264,10 +267,17 @@ class FedAdam(ServerOptimizer):
         torch.mul(delta, delta, out=tmp)
         tmp.mul_(1.0 - self.beta_2)
         v.add_(tmp)
-        torch.sqrt(v, out=tmp)
+        eta = self.eta_s
+        if self.bias_correction:
+            t = self.step_count + 1
+            torch.mul(v, 1.0 / (1.0 - self.beta_2 ** t), out=tmp)
+            torch.sqrt(tmp, out=tmp)
+            eta = self.eta_s / (1.0 - self.beta_1 ** t)
+        else:
+            torch.sqrt(v, out=tmp)
         tmp.add_(self.tau)
         torch.div(m, tmp, out=tmp)
-        tmp.mul_(self.eta_s)
+        tmp.mul_(eta)
         w.sub_(tmp)
 
 

@@ -64,6 +64,8 @@ class TrainConfig:
     server_momentum: float = _f(0.9, "FedAvgM server momentum β")
     server_betas: str = _f("0.9,0.999", "FedAdam server β1,β2")
     server_tau: float = _f(1e-7, "FedAdam adaptivity floor τ")
+    server_bias_correction: bool = _f(False, "FedAdam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
+    weighting: str = _f("uniform", "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg)")
     clients_per_round: int | None = _f(None, "sample this many of the K workers per round (all when omitted)")
     fedadp_alpha: float = _f(5.0, "FedAdp Gompertz α")
     fedadp_angles: str = _f("exact", "FedAdp angles: exact (2 full AllReduces a round) or sketch (1)")
@@ -134,7 +136,7 @@ def _validate(c: TrainConfig) -> None:
     # so that importing config stays cheap.
     from .data import DATASETS, parse_partition
     from .models import MODELS
-    from .strategies import ANGLE_MODES, TRIGGERS
+    from .strategies import ANGLE_MODES, TRIGGERS, WEIGHTINGS
 
     def one_of(name: str, value: str, choices) -> None:
         _require(value in choices, f"{name} {value!r}: unknown; choose one of {', '.join(choices)}")
@@ -164,6 +166,7 @@ def _validate(c: TrainConfig) -> None:
         _require(c.clients_per_round >= 1, f"--clients-per-round {c.clients_per_round}: must be >= 1")
     _require(c.fedadp_alpha > 0, f"--fedadp-alpha {c.fedadp_alpha}: must be > 0, e.g. 5")
     one_of("--fedadp-angles", c.fedadp_angles, ANGLE_MODES)
+    one_of("--weighting", c.weighting, WEIGHTINGS)
     _require(c.weight_decay >= 0, f"--weight-decay {c.weight_decay}: must be >= 0")
     _require(c.epochs > 0, f"--epochs {c.epochs}: must be > 0, e.g. --epochs 5")
     if c.max_steps is not None:
@@ -212,12 +215,15 @@ def _validate_mode(c: TrainConfig, one_of) -> None:
         if c.strategy in SEMIASYNC_RULES and c.strategy not in STRATEGIES:
             raise ValueError(f"--strategy {c.strategy}: a semi-asynchronous rule; add --mode semiasync or choose one of {', '.join(STRATEGIES)}")
         one_of("--strategy", c.strategy, STRATEGIES)
+        _require(c.weighting == "uniform" or c.strategy != "fedadp",
+                 "--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
         for name in ("clients", "buffer", "rounds", "scenario"):
             _require(getattr(c, name) is None, f"--{name}: only used with --mode semiasync; add it or drop --{name}")
         return
     if c.strategy in STRATEGIES and c.strategy not in SEMIASYNC_RULES:
         raise ValueError(f"--strategy {c.strategy}: a synchronous strategy; use --mode sync or choose one of {', '.join(SEMIASYNC_RULES)}")
     one_of("--strategy", c.strategy, SEMIASYNC_RULES)
+    _require(c.weighting == "uniform", "--weighting: the semi-asynchronous rules weigh updates themselves; drop it")
     for name in ("sync", "clients_per_round", "max_steps"):
         flag = "--" + name.replace("_", "-")
         _require(getattr(c, name) is None, f"{flag}: not used with --mode semiasync; drop it (--rounds sets the length)")

@@ -129,8 +129,10 @@ def _resnet18(c: int, s: int, k: int) -> nn.Module:
 
     Note for the strategies: BatchNorm's running mean and variance are *buffers*, not
     trainable parameters, so they are neither in ``count_params`` nor in the flat buffer
-    that gets averaged. Each rank keeps its own running statistics; evaluating an
-    averaged model therefore uses the evaluating rank's statistics.
+    that the synchronous strategies average: each rank keeps its own running statistics
+    while training. Evaluation averages them over the ranks along with the parameters
+    (:class:`fdahpc.evaluate.Evaluator`), and the semi-asynchronous mode ships them with
+    every model (``FlatParams(..., buffers=True)``).
     """
     layers: list[nn.Module] = [nn.Conv2d(c, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
     c_in = 64

@@ -57,9 +57,9 @@ def naive_fedavgm_round(w_server, w_mean, v, eta_s, beta):
     return w_new, v_new
 
 
-def naive_fedadam_round(w_server, w_mean, m, v, eta_s, beta_1, beta_2, tau):
-    """One FedAdam server round (Reddi et al., no bias correction), coordinate by
-    coordinate. Returns (new w_server, new m, new v) as float64 lists."""
+def naive_fedadam_round(w_server, w_mean, m, v, eta_s, beta_1, beta_2, tau, t=None):
+    """One FedAdam server round (Reddi et al.; with ``t``, Adam's bias correction for round
+    t), coordinate by coordinate. Returns (new w_server, new m, new v) as float64 lists."""
     w_new, m_new, v_new = [], [], []
     for j in range(len(w_server)):
         delta = float(w_server[j]) - float(w_mean[j])
@@ -67,7 +67,8 @@ def naive_fedadam_round(w_server, w_mean, m, v, eta_s, beta_1, beta_2, tau):
         vj = beta_2 * float(v[j]) + (1.0 - beta_2) * delta * delta
         m_new.append(mj)
         v_new.append(vj)
-        w_new.append(float(w_server[j]) - eta_s * mj / (_math.sqrt(vj) + tau))
+        m_hat, v_hat = (mj, vj) if t is None else (mj / (1.0 - beta_1 ** t), vj / (1.0 - beta_2 ** t))
+        w_new.append(float(w_server[j]) - eta_s * m_hat / (_math.sqrt(v_hat) + tau))
     return w_new, m_new, v_new
 
 

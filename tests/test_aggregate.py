@@ -319,3 +319,20 @@ def test_sketched_cosines_match_naive():
     sks[2, 1] = 0.0  # a zero row scores 0
     n = np.array([10.0, 20.0, 5.0, 1.0])
     np.testing.assert_allclose(sketched_cosines(n, sks), naive_sketched_cosines(n.tolist(), sks.tolist()), rtol=1e-12)
+
+
+def test_fedadam_with_bias_correction_matches_naive():
+    rng = np.random.default_rng(7)
+    w0, means = _rounds(rng, 50, 4)
+    hp = dict(eta_s=0.05, beta_1=0.9, beta_2=0.99, tau=1e-3)
+    opt = FedAdam(50, bias_correction=True, **hp)
+    w = w0.copy()
+    w_ref, m_ref, v_ref = w0.astype(np.float64), np.zeros(50), np.zeros(50)
+    for t, wm in enumerate(means, start=1):
+        opt.step(w, wm)
+        w_ref, m_ref, v_ref = naive_fedadam_round(w_ref, wm, m_ref, v_ref, t=t, **hp)
+        np.testing.assert_allclose(w, w_ref, rtol=RTOL, atol=ATOL)
+    # The first corrected step is eta_s per coordinate (m_hat = Delta, v_hat = Delta^2).
+    w = np.array([1.0, -1.0], np.float32)
+    FedAdam(2, eta_s=1e-2, tau=1e-12, bias_correction=True).step(w, np.zeros(2, np.float32))
+    np.testing.assert_allclose(w, [0.99, -0.99], rtol=1e-6)

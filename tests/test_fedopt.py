@@ -160,3 +160,25 @@ def test_presets_choose_the_papers_local_optimizer():
     assert local_optimizer(TrainConfig(strategy="fedadam", optimizer="adam", lr=0.5)) == ("adam", 0.5)
     with pytest.raises(ValueError, match="server-betas"):
         TrainConfig(server_betas="0.9,1.5")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy", ["fedavg", "fedavgm"])
+def test_sample_weighted_mean_is_mcmahans_fedavg(comm, strategy):
+    """--weighting samples: Σ n_i w_i / Σ n_i (n_i = 100 + 10·rank here); FedAvgM with
+    η_s = 1 and β = 0 lands on the same weighted mean."""
+    k = comm.world_size
+    extra = dict(server_lr=1.0, server_momentum=0.0) if strategy == "fedavgm" else {}
+    strat = make(comm, strategy, tau=1, weighting="samples", **extra)
+    strat.w.copy_(torch.from_numpy(worker_model(comm.rank, 1)))
+    assert strat.after_step()
+    n = np.array([100.0 + 10 * r for r in range(k)])
+    expected = sum(n[r] * worker_model(r, 1).astype(np.float64) for r in range(k)) / n.sum()
+    np.testing.assert_allclose(strat.w.numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_weighting_refusals():
+    with pytest.raises(ValueError, match="--weighting 'mean': unknown"):
+        TrainConfig(strategy="fedavg", weighting="mean")
+    with pytest.raises(ValueError, match="FedAdp's weights already include"):
+        TrainConfig(strategy="fedadp", weighting="samples")

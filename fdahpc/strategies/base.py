@@ -32,6 +32,11 @@ class BuildContext:
     num_samples: int  # this rank's training samples
     participation: Participation
 
+    @property
+    def weighting_samples(self) -> int | None:
+        """This rank's sample count when the mean is sample-weighted (``--weighting samples``)."""
+        return self.num_samples if self.cfg.weighting == "samples" else None
+
     @functools.cached_property
     def sketch(self):
         """The run's one AMS sketcher, built on first use: the SketchFDA trigger and

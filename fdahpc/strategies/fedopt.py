@@ -30,14 +30,16 @@ class ServerOptRule(Rule):
 
     needs_anchor = True
 
-    def __init__(self, comm: Communicator, participation: Participation, optimizer: ServerOptimizer) -> None:
+    def __init__(self, comm: Communicator, participation: Participation, optimizer: ServerOptimizer,
+                 samples: int | None = None) -> None:
         self.comm = comm
         self.participation = participation
         self.optimizer = optimizer
+        self.samples = samples  # this rank's n_i for a sample-weighted mean (None: uniform)
         self._server: torch.Tensor | None = None
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor) -> None:
-        participant_mean_(self.comm, self.participation, w, anchor)
+        participant_mean_(self.comm, self.participation, w, anchor, self.samples)
         if self._server is None:
             self._server = torch.empty_like(anchor)
         # The step updates the server model in place; anchor stays read-only for the trigger.
@@ -57,7 +59,8 @@ class FedAvgMRule(ServerOptRule):
     @classmethod
     def build(cls, ctx: BuildContext) -> "FedAvgMRule":
         c = ctx.cfg
-        return cls(ctx.comm, ctx.participation, FedAvgM(ctx.dim, eta_s=c.server_lr or 0.316, beta=c.server_momentum))
+        return cls(ctx.comm, ctx.participation, FedAvgM(ctx.dim, eta_s=c.server_lr or 0.316, beta=c.server_momentum),
+                   ctx.weighting_samples)
 
 
 @rule("fedadam")
@@ -67,4 +70,5 @@ class FedAdamRule(ServerOptRule):
         c = ctx.cfg
         beta_1, beta_2 = c.server_beta_pair
         return cls(ctx.comm, ctx.participation,
-                   FedAdam(ctx.dim, eta_s=c.server_lr or 1e-3, beta_1=beta_1, beta_2=beta_2, tau=c.server_tau))
+                   FedAdam(ctx.dim, eta_s=c.server_lr or 1e-3, beta_1=beta_1, beta_2=beta_2, tau=c.server_tau,
+                           bias_correction=c.server_bias_correction), ctx.weighting_samples)

@@ -52,13 +52,24 @@ class Participation:
         self._draw()
 
 
-def participant_mean_(comm: Communicator, part: Participation, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
+def participant_mean_(comm: Communicator, part: Participation, w: torch.Tensor, anchor: torch.Tensor | None,
+                      samples: int | None = None) -> None:
     """``w`` ← mean of the participants' models, on every rank, with one AllReduce.
 
     Non-participants hold ``anchor`` (they did not train), so the all-rank mean is
     ``anchor + (C/K)·mean_C(u)``; rescaling its drift by ``K/C`` recovers the
     participants' mean without a sub-communicator.
+
+    With ``samples`` (this rank's sample count n_i) the mean is McMahan's
+    ``Σ n_i w_i / Σ n_i`` over the participants: an 8-byte AllReduce of the counts, then
+    each rank scales its model by ``n_i / n`` (0 when left out) and the models are summed.
     """
+    if samples is not None:
+        mine = float(samples) if part.active else 0.0
+        total = comm.allreduce_sum_(np.array([mine]), "sync")[0]
+        w.mul_(mine / total)
+        comm.allreduce_sum_(w, "sync")
+        return
     comm.allreduce_mean_(w, "sync")
     if part.sampling:
         w.sub_(anchor).mul_(part.world_size / part.count).add_(anchor)

@@ -62,14 +62,15 @@ class EveryStepTrigger(PeriodicTrigger):
 class MeanRule(Rule):
     """The new global model is the plain average of the (participating) workers' models."""
 
-    def __init__(self, comm: Communicator, participation: Participation) -> None:
+    def __init__(self, comm: Communicator, participation: Participation, samples: int | None = None) -> None:
         self.comm = comm
         self.participation = participation
+        self.samples = samples  # this rank's n_i for a sample-weighted mean (None: uniform)
         self.needs_anchor = participation.sampling
 
     @classmethod
     def build(cls, ctx: BuildContext) -> "MeanRule":
-        return cls(ctx.comm, ctx.participation)
+        return cls(ctx.comm, ctx.participation, ctx.weighting_samples)
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
-        participant_mean_(self.comm, self.participation, w, anchor)
+        participant_mean_(self.comm, self.participation, w, anchor, self.samples)
