@@ -166,6 +166,7 @@ def train(s: Setup, stop=None) -> dict:
         if comm.is_root:
             log.info("resumed from %s at step %d", s.resumed.folder, progress.step)
     run = open_run_file(s.out, comm.is_root, attrs, s.resumed)
+    strategy.sink = run.append  # sync/step, fda/*, round/* series
     result = progress.result
     nan_step = faults.nan_at(comm.rank)
     identity = checkpoint.identity(cfg, comm.world_size, s.flat.dim)
@@ -213,10 +214,7 @@ def train(s: Setup, stop=None) -> dict:
                     faults.poison(s.model)
                 if not math.isfinite(loss) and diverged_at is None:
                     diverged_at = step
-            if strategy.after_step():
-                run.append("sync/step", step)
-            for name, value in strategy.records():
-                run.append(name, value)
+            strategy.after_step()  # records its own series through strategy.sink
             if comm.is_root and step % cfg.log_every == 0:
                 log.info("step %d  epoch %.2f  loss %.4f  syncs %d  comm %.4f GB",
                          step, step / s.steps_per_epoch, progress.running_loss / cfg.log_every, strategy.syncs, strategy.comm_bytes() / 1e9)

@@ -76,9 +76,9 @@ class Trigger:
     def on_sync(self, old_anchor: torch.Tensor | None, new_anchor: torch.Tensor) -> None:
         pass
 
-    def records(self) -> list[tuple[str, float]]:
-        """(dataset name, value) pairs for the run file after the latest step."""
-        return []
+    def record(self, group: str, **values: Any) -> None:
+        """Series for the run file (``group/step`` plus ``group/NAME``); the
+        :class:`Synchronizer` connects it, unconnected it discards."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -109,9 +109,8 @@ class Rule:
         """Collective: replace ``w`` by the new global model on every rank; ``anchor`` is read-only."""
         raise NotImplementedError
 
-    def records(self) -> list[tuple[str, Any]]:
-        """(dataset name, value) pairs for the run file after the latest synchronization."""
-        return []
+    def record(self, group: str, **values: Any) -> None:
+        """As :meth:`Trigger.record`."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -170,7 +169,9 @@ class Synchronizer:
         self.trigger = trigger
         self.rule = rule
         self.participation = participation or Participation(comm.rank, comm.world_size, None, 0)
-        self._rule_records: list[tuple[str, Any]] = []
+        #: Where records go: ``sink(name, value)``, e.g. the run file's append; None drops them.
+        self.sink: Callable[[str, Any], None] | None = None
+        trigger.record = rule.record = self.record
         self.anchor = w.detach().clone() if (trigger.needs_anchor or rule.needs_anchor) else None
         self.steps = 0
         self.syncs = 0
@@ -180,9 +181,14 @@ class Synchronizer:
         if self.anchor is not None:
             self.anchor.copy_(self.w)
 
-    def records(self) -> list[tuple[str, Any]]:
-        """What the trigger and (after a sync) the rule want recorded for the latest step."""
-        return self.trigger.records() + self._rule_records
+    def record(self, group: str, **values: Any) -> None:
+        """The one path from a strategy to the run file: ``group/step`` (the current step)
+        and ``group/NAME`` for each value, e.g. ``record("fda", h=0.3)``."""
+        if self.sink is None:
+            return
+        self.sink(f"{group}/step", self.steps)
+        for name, value in values.items():
+            self.sink(f"{group}/{name}", value)
 
     @property
     def participating(self) -> bool:
@@ -192,7 +198,6 @@ class Synchronizer:
     def after_step(self) -> bool:
         """Call once after every local step (taken or skipped); True when the models were combined."""
         self.steps += 1
-        self._rule_records = []
         if not self.trigger.should_sync(self.steps, self.w, self.anchor):
             return False
         self.sync()
@@ -200,9 +205,7 @@ class Synchronizer:
 
     def sync(self) -> None:
         self.rule.aggregate(self.w, self.anchor)
-        # Per-round series (FedAdp's weights and angles) get a round/step row beside them.
-        rows = self.rule.records()
-        self._rule_records = [("round/step", self.steps), *rows] if rows else []
+        self.record("sync")
         self.trigger.on_sync(self.anchor, self.w)
         if self.anchor is not None:
             self.anchor.copy_(self.w)

@@ -60,7 +60,6 @@ class _FDATrigger(Trigger):
         self.state = torch.zeros(state_len, dtype=torch.float32)  # what goes on the wire, moved beside w
         self.state_bytes = 4 * state_len
         self._u: torch.Tensor | None = None  # drift scratch, allocated beside w on first use
-        self._records: list[tuple[str, float]] = []
 
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
         if self._u is None:
@@ -71,11 +70,9 @@ class _FDATrigger(Trigger):
         # for LinearFDA, 5 KB for SketchFDA) comes to the host for the decision.
         state = self.comm.allreduce_mean_(self.local_state(u), "monitor").cpu().numpy()
         h = self.estimate(state)
-        self._records.clear()
         if step % self.log_every == 0:
-            self._records += [("fda/step", step), ("fda/h", h)]
-            if self.log_variance:
-                self._records.append(("fda/variance", exact_variance(self.comm, u)))
+            extra = {"variance": exact_variance(self.comm, u)} if self.log_variance else {}
+            self.record("fda", h=h, **extra)
         return h > self.theta or self.theta == 0.0
 
     def local_state(self, u: torch.Tensor) -> torch.Tensor:
@@ -83,9 +80,6 @@ class _FDATrigger(Trigger):
         self.state[0] = torch.dot(u, u)
         self._fill_state(u, self.state[1:])
         return self.state
-
-    def records(self) -> list[tuple[str, float]]:
-        return self._records
 
     def state_dict(self) -> dict[str, Any]:
         return {"theta": self.theta}

@@ -49,7 +49,6 @@ class FedAdpRule(Rule):
         # or n_i and the sketch as float32.
         self.round_state_bytes = 24 if angles == "exact" else 4 + sketch.nbytes
         self._delta: torch.Tensor | None = None
-        self._records: list[tuple[str, Any]] = []
 
     @classmethod
     def needs_sketch(cls, cfg) -> bool:
@@ -78,7 +77,7 @@ class FedAdpRule(Rule):
         apply_update(w, delta)
         angles = np.full(self.comm.world_size, np.nan)
         angles[p] = self.weights.angles[p]
-        self._records = [("round/weights", psi_all), ("round/angles", angles)]
+        self.record("round", weights=psi_all, angles=angles)
 
     def _exact_stats(self, delta: torch.Tensor, n_i: float):
         # The angle does not depend on the scale of g, so Σ n_i Δ_i serves without n.
@@ -95,9 +94,6 @@ class FedAdpRule(Rule):
         n = stats[:, 0]
         cos = sketched_cosines(n, stats[:, 1:].reshape(-1, self.sketch.rows, self.sketch.cols))
         return n, np.ones_like(n), cos, 1.0  # passed on as (cos, 1, 1)
-
-    def records(self) -> list[tuple[str, Any]]:
-        return self._records
 
     def state_dict(self) -> dict[str, Any]:
         return {"weights": self.weights.state_dict()}
