@@ -233,3 +233,12 @@ def naive_sketched_cosines(n, sketches):
         mid = len(per_row) // 2
         out.append(per_row[mid] if len(per_row) % 2 else (per_row[mid - 1] + per_row[mid]) / 2)
     return out
+
+
+def paper_comm_bytes(*, syncs, steps, dim, workers, state_bytes=0, model_reductions=1, round_state_bytes=0):
+    """The FDA paper's training traffic (ALGORITHMS.md): every synchronization moves each
+    worker's float32 model up and down (``4·d·K·2`` per full-model reduction) and any
+    small state the rule gathers that round up and down too; every step each worker
+    uploads its monitoring state once. The oracle for the measured figure."""
+    per_sync = model_reductions * 4 * dim * workers * 2 + round_state_bytes * workers * 2
+    return syncs * per_sync + state_bytes * steps * workers

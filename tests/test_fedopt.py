@@ -4,11 +4,11 @@ with rank-dependent inputs, in one process and under mpiexec."""
 import numpy as np
 import pytest
 import torch
-from naive import naive_fedadam_round, naive_fedadp_weights, naive_fedavgm_round
+from naive import naive_fedadam_round, naive_fedadp_weights, naive_fedavgm_round, paper_comm_bytes
 
 from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
-from fdahpc.strategies import build_strategy, paper_comm_bytes
+from fdahpc.strategies import build_strategy
 from fdahpc.strategies.fda import SketchFDATrigger
 from fdahpc.aggregate import sketch_cosine
 from fdahpc.strategies.fedopt import ServerOptRule

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from conftest import run_python
+from naive import paper_comm_bytes
 from fdahpc.config import TrainConfig
-from fdahpc.strategies import paper_comm_bytes
+
 from fdahpc.sync_loop import build, train
 from fdahpc.worker import BatchStream, make_optimizer
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 
 from ..comm import Communicator
-from .base import RULES, TRIGGERS, BuildContext, Rule, Synchronizer, Trigger, paper_comm_bytes, rule, trigger
+from .base import RULES, TRIGGERS, BuildContext, Rule, Synchronizer, Trigger, rule, trigger
 from .fedadp import ANGLE_MODES
 from .participation import Participation
 
@@ -28,7 +28,7 @@ WEIGHTINGS = ("uniform", "samples")
 
 __all__ = ["WEIGHTINGS", "STRATEGIES", "STRATEGY_HELP", "TRIGGERS", "RULES", "ANGLE_MODES", "Preset", "PRESETS", "BuildContext",
            "Trigger", "Rule", "trigger", "rule", "build_strategy", "local_optimizer", "uses_sketch", "trigger_of",
-           "Synchronizer", "paper_comm_bytes"]
+           "Synchronizer"]
 
 
 class Preset(NamedTuple):

@@ -18,7 +18,7 @@ import torch
 from ..comm import Communicator
 from .participation import Participation
 
-__all__ = ["BuildContext", "Trigger", "Rule", "TRIGGERS", "RULES", "trigger", "rule", "Synchronizer", "paper_comm_bytes"]
+__all__ = ["BuildContext", "Trigger", "Rule", "TRIGGERS", "RULES", "trigger", "rule", "Synchronizer"]
 
 
 @dataclass
@@ -91,10 +91,6 @@ class Rule:
     """How to combine the models at a synchronization."""
 
     name = ""  # set by @rule
-    #: Full-model AllReduces one synchronization costs (FedAdp needs two).
-    model_reductions = 1
-    #: Small per-node data one synchronization also uploads (FedAdp's scalars or sketches).
-    round_state_bytes = 0
     needs_anchor = False
 
     @classmethod
@@ -146,19 +142,6 @@ trigger = _registrar(TRIGGERS, Trigger, "trigger")
 rule = _registrar(RULES, Rule, "rule")
 
 
-def paper_comm_bytes(*, syncs: int, steps: int, dim: int, workers: int, state_bytes: int,
-                     model_reductions: int = 1, round_state_bytes: int = 0, participants: int | None = None) -> int:
-    """Training traffic as the FDA paper counts it.
-
-    Every sync moves each participating worker's float32 model up and down (``4·d·K·2``
-    bytes per full-model reduction) plus any small per-round upload of the rule; every
-    step each worker uploads its monitoring state.
-    """
-    c = workers if participants is None else participants
-    per_sync = model_reductions * 4 * dim * c * 2 + round_state_bytes * c
-    return syncs * per_sync + state_bytes * steps * workers
-
-
 class Synchronizer:
     """Runs a trigger and a rule over a flat parameter buffer ``w``."""
 
@@ -175,11 +158,17 @@ class Synchronizer:
         self.anchor = w.detach().clone() if (trigger.needs_anchor or rule.needs_anchor) else None
         self.steps = 0
         self.syncs = 0
+        self._bytes_at_reset = self._training_bytes()
+
+    def _training_bytes(self) -> dict[str, int]:
+        return {p: self.comm.bytes_sent[p] for p in ("sync", "monitor")}
 
     def reset(self) -> None:
-        """Take the current (common) ``w`` as ``w_t0``: call once every rank holds the same initial model."""
+        """Take the current (common) ``w`` as ``w_t0``: call once every rank holds the same
+        initial model. Traffic is counted from here."""
         if self.anchor is not None:
             self.anchor.copy_(self.w)
+        self._bytes_at_reset = self._training_bytes()
 
     def record(self, group: str, **values: Any) -> None:
         """The one path from a strategy to the run file: ``group/step`` (the current step)
@@ -213,16 +202,19 @@ class Synchronizer:
         self.participation.next_round()
 
     def comm_bytes(self) -> int:
-        return paper_comm_bytes(
-            syncs=self.syncs,
-            steps=self.steps,
-            dim=self.w.numel(),
-            workers=self.comm.world_size,
-            state_bytes=self.trigger.state_bytes,
-            model_reductions=self.rule.model_reductions,
-            round_state_bytes=self.rule.round_state_bytes,
-            participants=self.participation.count,
-        )
+        """The job's training traffic since :meth:`reset`, measured, in the FDA paper's
+        convention: what is reduced or gathered at a synchronization counts up and down,
+        the per-step monitoring state up only.
+
+        Measured on this rank (its communicator counts every byte it hands to a
+        collective) and multiplied by K: every rank issues the same collectives with the
+        same sizes, client sampling included (a rank left out still takes part in the
+        AllReduce). ``tests/test_bytes.py`` checks the total against the paper's formula
+        for every preset and the per-rank counts against each other.
+        """
+        now = self._training_bytes()
+        sent = {p: now[p] - self._bytes_at_reset[p] for p in now}
+        return self.comm.world_size * (2 * sent["sync"] + sent["monitor"])
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -232,6 +224,7 @@ class Synchronizer:
             "trigger": self.trigger.state_dict(),
             "rule": self.rule.state_dict(),
             "participation": self.participation.state_dict(),
+            "bytes_at_reset": dict(self._bytes_at_reset),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -241,3 +234,4 @@ class Synchronizer:
         self.trigger.load_state_dict(state["trigger"])
         self.rule.load_state_dict(state["rule"])
         self.participation.load_state_dict(state["participation"])
+        self._bytes_at_reset = dict(state["bytes_at_reset"])

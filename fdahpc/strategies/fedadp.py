@@ -44,10 +44,6 @@ class FedAdpRule(Rule):
         self.weights = FedAdpWeights(comm.world_size, alpha)
         self.angles = angles
         self.sketch = sketch
-        self.model_reductions = 2 if angles == "exact" else 1
-        # Per node and round, besides the full models: (n_i, ||Δ_i||², ⟨Δ_i, g⟩) as float64,
-        # or n_i and the sketch as float32.
-        self.round_state_bytes = 24 if angles == "exact" else 4 + sketch.nbytes
         self._delta: torch.Tensor | None = None
 
     @classmethod
