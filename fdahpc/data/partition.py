@@ -19,6 +19,11 @@ Spec syntax (``--partition``):
 A plain spec is the one-group case of a mix, so both run through one mechanism: the data
 is shuffled and cut into K equal shards, each group pools the shards of its ranks (so a
 group's share is proportional to its worker count), then partitions its pool by its rule.
+A ``classes:C`` group of K_g workers with K_g·C below the number of labels leaves the
+other labels' samples of its pool out: in ``mix:5*iid+5*classes:1`` on ten labels the
+five one-class workers hold half as many samples as the IID ones and the run trains on
+75 % of the set, while an epoch (``steps_per_epoch``) still counts the whole training
+set divided by K. Every worker takes the same number of steps either way.
 Returned arrays are sorted ascending, so readers touch files front to back; the training
 order is the trainer's per-epoch shuffle.
 """
