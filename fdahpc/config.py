@@ -60,9 +60,9 @@ class TrainConfig:
     log_variance: bool = _f(False, "also compute the exact model variance every step (costs a full AllReduce)")
     fda_log_every: int = _f(1, "store FDA's estimate H every N steps")
     # Server optimizers, client sampling, FedAdp.
-    server_lr: float | None = _f(None, "server learning rate η_s (default 0.316 for fedavgm, 1e-3 for fedadam, 1.0 for fedbuff)")
+    server_lr: float | None = _f(None, "server learning rate η_s; each rule has its own default")
     server_momentum: float = _f(0.9, "FedAvgM server momentum β")
-    server_betas: str = _f("0.9,0.999", "FedAdam server β1,β2")
+    server_betas: tuple[float, float] = _f((0.9, 0.999), "FedAdam server β1,β2 (on the command line 0.9,0.999)")
     server_tau: float = _f(1e-7, "FedAdam adaptivity floor τ")
     server_bias_correction: bool = _f(False, "FedAdam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
     weighting: str = _f("uniform", "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg)")
@@ -106,24 +106,41 @@ class TrainConfig:
             for name, value in defaults.items():
                 if getattr(self, name) is None:
                     object.__setattr__(self, name, value)
+        object.__setattr__(self, "server_betas", _pair(self.server_betas))
         _validate(self)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
-    @property
-    def server_beta_pair(self) -> tuple[float, ...]:
-        """``--server-betas`` "0.9,0.999" as numbers (a TOML list works too)."""
-        raw = self.server_betas
-        parts = raw.split(",") if isinstance(raw, str) else raw
-        try:
-            return tuple(float(b) for b in parts)
-        except (TypeError, ValueError):
-            raise ValueError(f"--server-betas {raw}: give two numbers, e.g. 0.9,0.999") from None
 
-    @property
-    def sketch_epsilon(self) -> float:
-        return self.sketch_eps if self.sketch_eps is not None else 1.0 / math.sqrt(self.sketch_cols)
+
+
+def _pair(raw) -> tuple[float, ...]:
+    """``--server-betas 0.9,0.999`` (or a TOML list) as a tuple of floats."""
+    parts = raw.split(",") if isinstance(raw, str) else raw
+    try:
+        return tuple(float(b) for b in parts)
+    except (TypeError, ValueError):
+        raise ValueError(f"--server-betas {raw}: give two numbers, e.g. 0.9,0.999") from None
+
+
+#: The flags by family: ``--help`` shows one group each, and a TOML file may nest a
+#: family's keys in a table of its name (``[fda]`` ``theta = 2``). Every field is in one.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
+    "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy",
+                 "eval_every", "seed"),
+    "fda": ("theta", "log_variance", "fda_log_every"),
+    "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
+    "schedule": ("tau", "local_epochs"),
+    "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
+    "sampling": ("clients_per_round",),
+    "fedadp": ("fedadp_alpha", "fedadp_angles"),
+    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "scenario"),
+    "fedqs": tuple(f.name for f in fields(TrainConfig) if f.name.startswith("fedqs_")),
+    "output": ("out", "checkpoint_dir", "checkpoint_every", "resume", "stop_check_every", "log_every"),
+    "runtime": ("backend", "device", "comm_timeout", "threads"),
+}
 
 
 def _require(ok: bool, msg: str) -> None:
@@ -158,8 +175,7 @@ def _validate(c: TrainConfig) -> None:
     if c.server_lr is not None:
         _require(c.server_lr > 0, f"--server-lr {c.server_lr}: must be > 0, e.g. 0.316")
     _require(0 <= c.server_momentum < 1, f"--server-momentum {c.server_momentum}: must be in [0, 1), e.g. 0.9")
-    betas = c.server_beta_pair
-    _require(len(betas) == 2 and all(0 <= b < 1 for b in betas),
+    _require(len(c.server_betas) == 2 and all(0 <= b < 1 for b in c.server_betas),
              f"--server-betas {c.server_betas}: give two numbers in [0, 1), e.g. 0.9,0.999")
     _require(c.server_tau > 0, f"--server-tau {c.server_tau}: must be > 0, e.g. 1e-7")
     if c.clients_per_round is not None:
@@ -271,14 +287,31 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
         argument_default=argparse.SUPPRESS,
     )
     p.add_argument("--config", help="TOML file whose keys equal the flags (command line wins)")
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        helptext = f"{f.metadata['help']} (default: {f.default})"
-        if f.type in ("bool", bool):
-            p.add_argument(flag, action="store_true", help=helptext)
-        else:
-            p.add_argument(flag, type=_arg_type(f), help=helptext, metavar=f.name.upper())
+    by_name = {f.name: f for f in fields(TrainConfig)}
+    for family, names in FAMILIES.items():
+        group = p.add_argument_group(family)
+        for f in (by_name[n] for n in names):
+            flag = "--" + f.name.replace("_", "-")
+            default = _server_lr_defaults() if f.name == "server_lr" else f.default
+            helptext = f"{f.metadata['help']} (default: {default})"
+            if f.type in ("bool", bool):
+                group.add_argument(flag, action="store_true", help=helptext)
+            else:
+                group.add_argument(flag, type=_arg_type(f), help=helptext, metavar=f.name.upper())
     return p
+
+
+def _server_lr_defaults() -> str:
+    """η_s of each rule when --server-lr is not given, read from the rules themselves."""
+    import inspect
+
+    from .aggregate import FedAdam, FedAvgM
+    from .semiasync.rules import FedBuff
+
+    def eta(cls, name):
+        return inspect.signature(cls).parameters[name].default
+
+    return f"fedavgm {eta(FedAvgM, 'eta_s')}, fedadam {eta(FedAdam, 'eta_s')}, fedbuff {eta(FedBuff, 'server_lr')}"
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -292,6 +325,13 @@ def load_toml(path: str) -> dict[str, Any]:
     names = {f.name for f in fields(TrainConfig)}
     out = {}
     for key, value in raw.items():
+        if key in FAMILIES and isinstance(value, dict):  # [fda] theta = 2
+            for inner, v in value.items():
+                name = inner.replace("-", "_")
+                _require(name in FAMILIES[key], f"--config {path}: [{key}] has no key {inner!r}; "
+                         f"it holds {', '.join(n.replace('_', '-') for n in FAMILIES[key])}")
+                out[name] = v
+            continue
         name = key.replace("-", "_")
         _require(name in names, f"--config {path}: unknown key {key!r}; keys are the flag names, e.g. batch-size")
         out[name] = value

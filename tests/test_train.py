@@ -179,3 +179,19 @@ def test_exception_on_one_rank_aborts_the_job(tmp_path):
     proc = run_python([str(script), str(tmp_path / "f.h5")], ranks=2, timeout=120)
     assert proc.returncode != 0
     assert "injected failure on rank 1" in proc.stderr and "[rank 1]" in proc.stderr
+
+
+def test_every_flag_is_in_one_family_and_toml_tables_work(tmp_path):
+    from dataclasses import fields
+
+    from fdahpc.config import FAMILIES, parse_args
+
+    grouped = [n for names in FAMILIES.values() for n in names]
+    assert sorted(grouped) == sorted(f.name for f in fields(TrainConfig))
+    cfg_file = tmp_path / "run.toml"
+    cfg_file.write_text('strategy = "fedadam"\n[server]\nserver-lr = 0.02\nserver-betas = [0.8, 0.99]\n[fda]\ntheta = 3.0\n')
+    cfg = parse_args(["--config", str(cfg_file), "--server-betas", "0.5,0.9"])
+    assert (cfg.server_lr, cfg.server_betas, cfg.theta) == (0.02, (0.5, 0.9), 3.0)
+    cfg_file.write_text('[fda]\nserver-lr = 0.02\n')
+    with pytest.raises(ValueError, match=r"\[fda\] has no key 'server-lr'"):
+        parse_args(["--config", str(cfg_file)])

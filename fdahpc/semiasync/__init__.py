@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +86,6 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
     """Data, model and role for this rank (no file written); errors are agreed by the caller."""
     from .. import checkpoint, faults
     from ..data import load_dataset, partition
-    from ..metrics import check_writable
     from ..models import build_model
     from ..params import FlatParams
     from .clock import VirtualClock, parse_scenarios
@@ -95,13 +93,7 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
 
     if comm.world_size < 2:
         raise ValueError("--mode semiasync: needs at least 2 ranks (a server and a client host); start it with mpirun -n 2 or more")
-    if cfg.checkpoint_dir:
-        checkpoint.check_folder(cfg.checkpoint_dir)
-    found = checkpoint.find(cfg)
-    default = found[1]["run_file"] if found else os.path.join("runs", f"semiasync-{cfg.strategy}-{time.strftime('%Y%m%d-%H%M%S')}.h5")
-    out = comm.bcast_obj(cfg.out or default)  # one timestamp for the whole job
-    if comm.is_root:
-        check_writable(out)
+    found, out = checkpoint.prepare(cfg, comm, f"semiasync-{cfg.strategy}")
     hosts = host_of(cfg.clients, comm.world_size)
     mine = [c for c in range(cfg.clients) if hosts[c] == comm.rank]
     parts: list[np.ndarray] = []
@@ -118,7 +110,7 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, data.x_train.shape[1], data.x_train.shape[2], data.num_classes)
     flat = FlatParams(model, buffers=True)
-    rule = build_rule(cfg.strategy, server_lr=cfg.server_lr or 1.0, feedback=not cfg.fedqs_no_feedback,
+    rule = build_rule(cfg.strategy, server_lr=cfg.server_lr, feedback=not cfg.fedqs_no_feedback,
                       feedback_variant=cfg.fedqs_feedback)
     fedqs = fedqs_params(cfg) if rule.needs_client_state else None
     if comm.is_root:

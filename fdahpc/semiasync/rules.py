@@ -226,16 +226,18 @@ def _positive(value, name: str, example: str) -> float:
     return float(value)
 
 
-def build_rule(name: str, server_lr: float = 1.0, feedback: bool = True, feedback_variant: str = "paper") -> Rule:
+def build_rule(name: str, server_lr: float | None = None, feedback: bool = True, feedback_variant: str = "paper") -> Rule:
     """The rule called ``name``. Every argument is validated; each rule uses only its own
-    (``server_lr``: fedbuff; ``feedback``, ``feedback_variant``: fedqs-*)."""
+    (``server_lr``: fedbuff, whose own default serves when None; ``feedback``,
+    ``feedback_variant``: fedqs-*)."""
     if name not in RULES:
         raise ValueError(f"--strategy {name!r}: unknown semi-asynchronous rule; choose one of "
                          f"{', '.join(SEMIASYNC_RULES)}")
-    _positive(server_lr, "server_lr", "--server-lr 1.0")
+    if server_lr is not None:
+        _positive(server_lr, "server_lr", "--server-lr 1.0")
     _FedQS(feedback, feedback_variant)  # validates both, whichever rule is built
     if name == "fedbuff":
-        return FedBuff(server_lr)
+        return FedBuff() if server_lr is None else FedBuff(server_lr)
     if name.startswith("fedqs"):
         return RULES[name](feedback, feedback_variant)
     return RULES[name]()

@@ -48,6 +48,7 @@ class _FDATrigger(Trigger):
 
     needs_anchor = True
     threshold = True
+    _state: tuple[str, ...] = ("theta",)
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int,
                  log_every: int = 1, log_variance: bool = False) -> None:
@@ -81,16 +82,12 @@ class _FDATrigger(Trigger):
         self._fill_state(u, self.state[1:])
         return self.state
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"theta": self.theta}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.theta = state["theta"]
-
 
 @trigger("linear")
 class LinearFDATrigger(_FDATrigger):
     """8 bytes per step: the squared drift and its projection on ξ."""
+
+    _state = ("theta", "xi", "syncs_seen")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, seed: int = 0, **kw) -> None:
         super().__init__(comm, dim, theta, state_len=2, **kw)
@@ -125,18 +122,13 @@ class LinearFDATrigger(_FDATrigger):
         if norm > 0:
             torch.div(direction, norm, out=self.xi)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "xi": self.xi.clone(), "syncs_seen": self.syncs_seen}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.xi.copy_(state["xi"])
-        self.syncs_seen = state["syncs_seen"]
 
 
 @trigger("sketch")
 class SketchFDATrigger(_FDATrigger):
     """4 + 4·l·m bytes per step: the squared drift and an AMS sketch of the drift."""
+
+    _state = ("theta", "eps")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, rows: int = 5, cols: int = 250,
                  eps: float | None = None, seed: int = 0, sketcher: AmsSketch | None = None, **kw) -> None:
@@ -159,7 +151,7 @@ class SketchFDATrigger(_FDATrigger):
     @classmethod
     def build(cls, ctx: BuildContext) -> "SketchFDATrigger":
         c = ctx.cfg
-        return cls(ctx.comm, ctx.dim, c.theta, sketcher=ctx.sketch, eps=c.sketch_epsilon,
+        return cls(ctx.comm, ctx.dim, c.theta, sketcher=ctx.sketch, eps=c.sketch_eps,
                    log_every=c.fda_log_every, log_variance=c.log_variance)
 
     def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
@@ -175,9 +167,8 @@ class SketchFDATrigger(_FDATrigger):
         return float(state[0]) - estimate_sq_norm(mean_sk) / (1.0 + self.eps)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "eps": self.eps, "sketch": self.sketcher.state_dict()}
+        return {**super().state_dict(), "sketch": self.sketcher.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.eps = state["eps"]
         self.sketcher.load_state_dict(state["sketch"])

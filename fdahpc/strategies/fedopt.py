@@ -54,12 +54,17 @@ class ServerOptRule(Rule):
         self.optimizer.load_state_dict(state["optimizer"])
 
 
+def _given(**values):
+    """The options the user set; the others keep the optimizer's own defaults."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
 @rule("fedavgm")
 class FedAvgMRule(ServerOptRule):
     @classmethod
     def build(cls, ctx: BuildContext) -> "FedAvgMRule":
         c = ctx.cfg
-        return cls(ctx.comm, ctx.participation, FedAvgM(ctx.dim, eta_s=c.server_lr or 0.316, beta=c.server_momentum),
+        return cls(ctx.comm, ctx.participation, FedAvgM(ctx.dim, beta=c.server_momentum, **_given(eta_s=c.server_lr)),
                    ctx.weighting_samples)
 
 
@@ -68,7 +73,7 @@ class FedAdamRule(ServerOptRule):
     @classmethod
     def build(cls, ctx: BuildContext) -> "FedAdamRule":
         c = ctx.cfg
-        beta_1, beta_2 = c.server_beta_pair
+        beta_1, beta_2 = c.server_betas
         return cls(ctx.comm, ctx.participation,
-                   FedAdam(ctx.dim, eta_s=c.server_lr or 1e-3, beta_1=beta_1, beta_2=beta_2, tau=c.server_tau,
-                           bias_correction=c.server_bias_correction), ctx.weighting_samples)
+                   FedAdam(ctx.dim, beta_1=beta_1, beta_2=beta_2, tau=c.server_tau,
+                           bias_correction=c.server_bias_correction, **_given(eta_s=c.server_lr)), ctx.weighting_samples)
