@@ -326,6 +326,25 @@ def find(cfg) -> tuple[str, dict] | None:
     return None if folder is None else (folder, read_manifest(folder))
 
 
+def prepare(cfg, comm, stem: str) -> tuple[tuple[str, dict] | None, str]:
+    """Collective start of a run, both modes: check ``--checkpoint-dir``, find the
+    checkpoint to resume, and agree on the run file (the resumed run's, ``--out``, or
+    ``runs/STEM-<time>.h5`` with rank 0's timestamp), which rank 0 checks is writable.
+    Returns (what :func:`find` found, the run file)."""
+    import time
+
+    from .metrics import check_writable
+
+    if cfg.checkpoint_dir:
+        check_folder(cfg.checkpoint_dir)
+    found = find(cfg)
+    default = found[1]["run_file"] if found else os.path.join("runs", f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.h5")
+    out = comm.bcast_obj(cfg.out or default)
+    if comm.is_root:
+        check_writable(out)
+    return found, out
+
+
 def open_for_resume(cfg, found: tuple[str, dict], rank: int, world_size: int, params: int) -> Resumed:
     """This rank's state from the checkpoint ``find`` returned, checked against this run."""
     folder, manifest = found

@@ -47,19 +47,12 @@ def build(cfg, comm) -> Setup:
     from . import checkpoint
     from .data import load_dataset, partition
     from .evaluate import Evaluator
-    from .metrics import check_writable
     from .models import build_model
     from .params import FlatParams
     from .strategies import build_strategy, local_optimizer
     from .worker import BatchStream, make_optimizer
 
-    if cfg.checkpoint_dir:
-        checkpoint.check_folder(cfg.checkpoint_dir)
-    found = checkpoint.find(cfg)
-    default = found[1]["run_file"] if found else os.path.join("runs", f"{cfg.strategy}-{time.strftime('%Y%m%d-%H%M%S')}.h5")
-    out = comm.bcast_obj(cfg.out or default)  # one timestamp for the whole job
-    if comm.is_root:
-        check_writable(out)
+    found, out = checkpoint.prepare(cfg, comm, cfg.strategy)
     n_total = {}
 
     def my_indices(labels):

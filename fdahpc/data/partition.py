@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..specs import at_least
 from ..streams import PARTITION_GROUP, SHARDS, stream
 
 __all__ = ["PARTITION_KINDS", "PartitionSpec", "parse_partition", "partition"]
@@ -111,11 +112,8 @@ def _parse_rule(text: str, spec: str) -> PartitionSpec:
 
 
 def _int_arg(text: str, spec: str, name: str, low: int, example: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < low:
+    value = at_least(text, int, low)
+    if value is None:
         raise ValueError(f"partition {spec!r}: {name} must be an integer >= {low}, e.g. {example}")
     return value
 

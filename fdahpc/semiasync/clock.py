@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import streams
+from ..specs import at_least
 
 __all__ = ["Scenario", "VirtualClock", "parse_scenarios", "stream_rng"]
 
@@ -53,11 +54,8 @@ class Scenario:
 
 
 def _number(text: str, spec: str, kind, low, what: str):
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    if value is None or value < low:
+    value = at_least(text, kind, low)
+    if value is None:
         raise ValueError(f"--scenario {spec!r}: {what} must be a {kind.__name__} >= {low}; {_EXAMPLE}")
     return value
 

@@ -46,28 +46,52 @@ class BuildContext:
         return AmsSketch(self.dim, rows=self.cfg.sketch_rows, cols=self.cfg.sketch_cols, seed=self.cfg.seed)
 
 
-class Trigger:
+class _Part:
+    """What triggers and rules share: the registry name, building from a context, the
+    record path, and checkpoint state (the attributes named in ``_state``)."""
+
+    name = ""  # set by @trigger / @rule
+    #: Whether the part reads the last synchronized model ``w_t0``.
+    needs_anchor = False
+    #: Attributes saved in checkpoints; tensors are restored in place.
+    _state: tuple[str, ...] = ()
+
+    @classmethod
+    def needs_sketch(cls, cfg) -> bool:
+        """Whether this part, configured by ``cfg``, hashes AMS sketches."""
+        return False
+
+    @classmethod
+    def build(cls, ctx: BuildContext):
+        raise NotImplementedError
+
+    def record(self, group: str, **values: Any) -> None:
+        """Series for the run file (``group/step`` plus ``group/NAME``); the
+        :class:`Synchronizer` connects it, unconnected it discards."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {n: getattr(self, n) for n in self._state}
+        return {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in state.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for n in self._state:
+            current = getattr(self, n)
+            if isinstance(current, torch.Tensor):
+                current.copy_(state[n])
+            else:
+                setattr(self, n, state[n])
+
+
+class Trigger(_Part):
     """When to synchronize. The defaults describe a trigger without state or traffic;
     a subclass overrides what it has."""
 
-    name = ""  # set by @trigger
     #: Bytes of the local state each rank reduces every step (0 for fixed schedules).
     state_bytes = 0
-    #: Whether the trigger reads the last synchronized model ``w_t0``.
-    needs_anchor = False
     #: Decides by comparing a variance estimate with Θ (FDA): rounds have no fixed length,
     #: so client sampling does not apply, Θ is what a sweep varies and the estimate is
     #: what a plot draws.
     threshold = False
-
-    @classmethod
-    def needs_sketch(cls, cfg) -> bool:
-        """Whether this trigger, configured by ``cfg``, hashes AMS sketches."""
-        return False
-
-    @classmethod
-    def build(cls, ctx: BuildContext) -> "Trigger":
-        raise NotImplementedError
 
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None) -> bool:
         """Collective when ``state_bytes > 0``; must return the same value on every rank."""
@@ -76,43 +100,13 @@ class Trigger:
     def on_sync(self, old_anchor: torch.Tensor | None, new_anchor: torch.Tensor) -> None:
         pass
 
-    def record(self, group: str, **values: Any) -> None:
-        """Series for the run file (``group/step`` plus ``group/NAME``); the
-        :class:`Synchronizer` connects it, unconnected it discards."""
 
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
-
-class Rule:
+class Rule(_Part):
     """How to combine the models at a synchronization."""
-
-    name = ""  # set by @rule
-    needs_anchor = False
-
-    @classmethod
-    def needs_sketch(cls, cfg) -> bool:
-        return False
-
-    @classmethod
-    def build(cls, ctx: BuildContext) -> "Rule":
-        raise NotImplementedError
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
         """Collective: replace ``w`` by the new global model on every rank; ``anchor`` is read-only."""
         raise NotImplementedError
-
-    def record(self, group: str, **values: Any) -> None:
-        """As :meth:`Trigger.record`."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
 
 
 #: name -> class; filled by the decorators below, next to each class.

@@ -8,8 +8,6 @@ every τ local steps or every E local epochs.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ..comm import Communicator
@@ -42,11 +40,7 @@ class PeriodicTrigger(Trigger):
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None) -> bool:
         return step % self.tau == 0
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"tau": self.tau}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.tau = state["tau"]
+    _state = ("tau",)
 
 
 @trigger("every")
