@@ -221,8 +221,8 @@ class FedAvgM(ServerOptimizer):
     _buffers = ("v",)
 
     def __init__(self, dim: int, eta_s: float = 0.316, beta: float = 0.9):
-        self.eta_s = _positive(eta_s, "eta_s", "0.316")
-        self.beta = _beta(beta, "beta", "0.9")
+        self.eta_s = _positive(eta_s, "eta_s (--server-lr)", "0.316")
+        self.beta = _beta(beta, "beta (--server-momentum)", "0.9")
         super().__init__(dim)
 
     def _update(self, w, delta):
@@ -252,10 +252,10 @@ class FedAdam(ServerOptimizer):
     def __init__(self, dim: int, eta_s: float = 1e-3, beta_1: float = 0.9,
                  beta_2: float = 0.999, tau: float = 1e-7, bias_correction: bool = False):
         self.bias_correction = bool(bias_correction)
-        self.eta_s = _positive(eta_s, "eta_s", "1e-3")
-        self.beta_1 = _beta(beta_1, "beta_1", "0.9")
-        self.beta_2 = _beta(beta_2, "beta_2", "0.999")
-        self.tau = _positive(tau, "tau", "1e-7")
+        self.eta_s = _positive(eta_s, "eta_s (--server-lr)", "1e-3")
+        self.beta_1 = _beta(beta_1, "beta_1 (--server-betas)", "0.9")
+        self.beta_2 = _beta(beta_2, "beta_2 (--server-betas)", "0.999")
+        self.tau = _positive(tau, "tau (--server-tau)", "1e-7")
         super().__init__(dim)
 
     def _update(self, w, delta):
@@ -313,7 +313,7 @@ class FedAdpWeights:
 
     def __init__(self, num_nodes: int, alpha: float = 5.0):
         self.num_nodes = _positive_int(num_nodes, "num_nodes", "10")
-        self.alpha = _positive(alpha, "alpha", "5.0")
+        self.alpha = _positive(alpha, "alpha (--fedadp-alpha)", "5.0")
         self.angles = np.full(self.num_nodes, np.nan)      # last raw theta; nan = never
         self.smoothed = np.zeros(self.num_nodes)           # theta tilde
         self.counts = np.zeros(self.num_nodes, dtype=np.int64)

@@ -290,7 +290,7 @@ def _check_int(name, value, lo, hi=None, fix=""):
     value = int(value)
     if value < lo or (hi is not None and value > hi):
         span = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name}={value}: must be {span}{fix}")
+        raise ValueError(f"{name} {value}: must be {span}{fix}")
     return value
 
 
@@ -328,8 +328,8 @@ class AmsSketch:
 
     def __init__(self, dim: int, rows: int = 5, cols: int = 250, seed: int = 0):
         self.dim = _check_int("dim", dim, 1, MERSENNE_P - 1, fix=" (keys are indices mod p)")
-        self.rows = _check_int("rows", rows, 1, fix="; use 5 (the paper's l)")
-        self.cols = _check_int("cols", cols, 1, _MAX_COLS, fix=" (buckets are packed in 14 bits)")
+        self.rows = _check_int("rows (--sketch-rows)", rows, 1, fix="; use 5 (the paper's l)")
+        self.cols = _check_int("cols (--sketch-cols)", cols, 1, _MAX_COLS, fix=" (buckets are packed in 14 bits)")
         self.seed = _check_int("seed", seed, 0, fix="; derive it from the run seed")
         bucket, sign = hash_coefficients(self.rows, self.seed)
         coeffs = np.array([b + s for b, s in zip(bucket, sign)], dtype=np.uint64)

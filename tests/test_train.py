@@ -119,6 +119,10 @@ BAD_INPUT = [
     (["--resume", "/nonexistent/ck"], "--resume /nonexistent/ck: no complete checkpoint"),
     (["--device", "cuda"], "--device cuda: --backend mpi reduces CPU buffers"),
     (["--comm-timeout", "0"], "--comm-timeout 0"),
+    # Ranges a strategy's own classes check, at build time, in the same one line:
+    (["--theta", "-1"], "theta (--theta) -1.0: must be >= 0"),
+    (["--sketch-cols", "0"], "cols (--sketch-cols) 0: must be in [1, 16384]"),
+    (["--strategy", "fedadam", "--tau", "5", "--server-tau", "0"], "tau (--server-tau) 0.0: must be a positive"),
 ]
 
 

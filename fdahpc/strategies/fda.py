@@ -53,7 +53,7 @@ class _FDATrigger(Trigger):
     def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int,
                  log_every: int = 1, log_variance: bool = False) -> None:
         if theta < 0:
-            raise ValueError(f"theta {theta}: must be >= 0, e.g. 1.0")
+            raise ValueError(f"theta (--theta) {theta}: must be >= 0 (0 averages every step), e.g. 1.0")
         self.comm = comm
         self.theta = float(theta)
         self.log_every = log_every
@@ -140,6 +140,8 @@ class SketchFDATrigger(_FDATrigger):
             raise ValueError(f"SketchFDATrigger: the sketcher hashes {sketcher.dim} coordinates, the model has {dim}")
         rows, cols = sketcher.rows, sketcher.cols
         super().__init__(comm, dim, theta, state_len=1 + rows * cols, **kw)
+        if eps is not None and not 0 <= eps < 1:
+            raise ValueError(f"eps (--sketch-eps) {eps}: must be in [0, 1), e.g. {1 / np.sqrt(cols):.3f}")
         self.eps = 1.0 / np.sqrt(cols) if eps is None else float(eps)
         self.sketcher = sketcher
         self._sk = np.empty((rows, cols), dtype=np.float64)
