@@ -54,13 +54,13 @@ class TrainConfig:
     theta: float = _f(1.0, "FDA variance threshold Θ (model sync when the estimate exceeds it)")
     tau: int | None = _f(None, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
     local_epochs: float = _f(1.0, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
-    sketch_rows: int = _f(5, "AMS sketch rows l")
-    sketch_cols: int = _f(250, "AMS sketch columns m")
+    sketch_rows: int | None = _f(None, "AMS sketch rows l")
+    sketch_cols: int | None = _f(None, "AMS sketch columns m")
     sketch_eps: float | None = _f(None, "SketchFDA ε (default 1/sqrt(sketch_cols))")
     log_variance: bool = _f(False, "also compute the exact model variance every step (costs a full AllReduce)")
     fda_log_every: int = _f(1, "store FDA's estimate H every N steps")
     # Server optimizers, client sampling, FedAdp.
-    server_lr: float | None = _f(None, "server learning rate η_s; each rule has its own default")
+    server_lr: float | None = _f(None, "server learning rate η_s, by default each rule's own")
     server_momentum: float = _f(0.9, "FedAvgM server momentum β")
     server_betas: tuple[float, float] = _f((0.9, 0.999), "FedAdam server β1,β2 (on the command line 0.9,0.999)")
     server_tau: float = _f(1e-7, "FedAdam adaptivity floor τ")
@@ -283,7 +283,7 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
         group = p.add_argument_group(family)
         for f in (by_name[n] for n in names):
             flag = "--" + f.name.replace("_", "-")
-            default = _server_lr_defaults() if f.name == "server_lr" else f.default
+            default = _class_defaults(f.name) if f.default is None and f.name in _CLASS_DEFAULTS else f.default
             helptext = f"{f.metadata['help']} (default: {default})"
             if f.type in ("bool", bool):
                 group.add_argument(flag, action="store_true", help=helptext)
@@ -292,17 +292,25 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
     return p
 
 
-def _server_lr_defaults() -> str:
-    """η_s of each rule when --server-lr is not given, read from the rules themselves."""
+#: Flags whose default is the using class's own: (module, class, parameter) per user.
+_CLASS_DEFAULTS = {
+    "server_lr": {"fedavgm": ("fdahpc.aggregate", "FedAvgM", "eta_s"), "fedadam": ("fdahpc.aggregate", "FedAdam", "eta_s"),
+                  "fedbuff": ("fdahpc.semiasync.rules", "FedBuff", "server_lr")},
+    "sketch_rows": {"": ("fdahpc.sketch", "AmsSketch", "rows")},
+    "sketch_cols": {"": ("fdahpc.sketch", "AmsSketch", "cols")},
+}
+
+
+def _class_defaults(name: str) -> str:
+    """What ``--help`` shows as the default of a flag the classes default themselves."""
+    import importlib
     import inspect
 
-    from .aggregate import FedAdam, FedAvgM
-    from .semiasync.rules import FedBuff
-
-    def eta(cls, name):
-        return inspect.signature(cls).parameters[name].default
-
-    return f"fedavgm {eta(FedAvgM, 'eta_s')}, fedadam {eta(FedAdam, 'eta_s')}, fedbuff {eta(FedBuff, 'server_lr')}"
+    shown = []
+    for user, (module, cls, param) in _CLASS_DEFAULTS[name].items():
+        value = inspect.signature(getattr(importlib.import_module(module), cls)).parameters[param].default
+        shown.append(f"{user} {value}".strip())
+    return ", ".join(shown)
 
 
 def load_toml(path: str) -> dict[str, Any]:

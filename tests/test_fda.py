@@ -7,6 +7,7 @@ import torch
 from conftest import run_python
 from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
+from fdahpc.sketch import AmsSketch
 from fdahpc.strategies.fda import LinearFDATrigger, SketchFDATrigger
 from fdahpc.sync_loop import build
 
@@ -67,7 +68,7 @@ def sketch_below_rate(kind, eps, trials=150):
     rng = np.random.default_rng(2)
     below = 0
     for trial in range(trials):
-        trig = SketchFDATrigger(LocalCommunicator(), D, theta=1.0, seed=trial, eps=eps)
+        trig = SketchFDATrigger(LocalCommunicator(), D, theta=1.0, sketcher=AmsSketch(D, seed=trial), eps=eps)
         drifts = random_drifts(rng, 4, kind)
         below += simulated_h(trig, drifts) < exact_var(drifts)
     return below / trials

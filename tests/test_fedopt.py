@@ -159,8 +159,10 @@ def test_presets_choose_the_papers_local_optimizer():
     assert local_optimizer(TrainConfig(strategy="fedadam")) == ("sgd", 0.01)
     assert local_optimizer(TrainConfig(strategy="sketchfda")) == ("adam", 1e-3)
     assert local_optimizer(TrainConfig(strategy="fedadam", optimizer="adam", lr=0.5)) == ("adam", 0.5)
-    with pytest.raises(ValueError, match="server-betas"):
-        TrainConfig(server_betas="0.9,1.5")
+    with pytest.raises(ValueError, match="server-betas 0.9: give two numbers"):
+        TrainConfig(server_betas="0.9")
+    with pytest.raises(ValueError, match=r"beta_2 \(--server-betas\) 1.5: must be in \[0, 1\)"):
+        make(LocalCommunicator(), "fedadam", tau=1, server_betas="0.9,1.5")
 
 
 @pytest.mark.distributed

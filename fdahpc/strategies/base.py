@@ -43,7 +43,8 @@ class BuildContext:
         sketched FedAdp angles hash with the same table (2·l·d bytes), held once."""
         from ..sketch import AmsSketch
 
-        return AmsSketch(self.dim, rows=self.cfg.sketch_rows, cols=self.cfg.sketch_cols, seed=self.cfg.seed)
+        shape = {k: v for k, v in (("rows", self.cfg.sketch_rows), ("cols", self.cfg.sketch_cols)) if v is not None}
+        return AmsSketch(self.dim, seed=self.cfg.seed, **shape)
 
 
 class _Part:

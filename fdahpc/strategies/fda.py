@@ -130,12 +130,12 @@ class SketchFDATrigger(_FDATrigger):
 
     _state = ("theta", "eps")
 
-    def __init__(self, comm: Communicator, dim: int, theta: float, *, rows: int = 5, cols: int = 250,
-                 eps: float | None = None, seed: int = 0, sketcher: AmsSketch | None = None, **kw) -> None:
-        """``sketcher``: an existing AmsSketch of dimension ``dim`` to share (its rows and
-        columns then win over ``rows``/``cols``/``seed``); else one is built from those."""
+    def __init__(self, comm: Communicator, dim: int, theta: float, *, eps: float | None = None,
+                 sketcher: AmsSketch | None = None, **kw) -> None:
+        """``sketcher``: an existing AmsSketch of dimension ``dim`` to share; without one, an
+        AmsSketch of its own defaults (seed 0)."""
         if sketcher is None:
-            sketcher = AmsSketch(dim, rows=rows, cols=cols, seed=seed)
+            sketcher = AmsSketch(dim)
         elif sketcher.dim != dim:
             raise ValueError(f"SketchFDATrigger: the sketcher hashes {sketcher.dim} coordinates, the model has {dim}")
         rows, cols = sketcher.rows, sketcher.cols
