@@ -229,4 +229,5 @@ class Synchronizer:
         self.trigger.load_state_dict(state["trigger"])
         self.rule.load_state_dict(state["rule"])
         self.participation.load_state_dict(state["participation"])
-        self._bytes_at_reset = dict(state["bytes_at_reset"])
+        # Checkpoints written before the count was measured lack it: count from the resume.
+        self._bytes_at_reset = dict(state.get("bytes_at_reset", self._training_bytes()))
