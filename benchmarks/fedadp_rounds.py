@@ -37,6 +37,9 @@ from _common import REPO_ROOT, print_table, run_train
 
 METHODS = {
     "fedavg": ["--strategy", "fedavg"],
+    # McMahan's FedAvg: each node's model weighted by its sample count (the mix's skewed
+    # nodes hold half as many samples as the IID ones), the FedAdp paper's baseline.
+    "fedavg-weighted": ["--strategy", "fedavg", "--weighting", "samples"],
     "fedadp": ["--strategy", "fedadp"],
     "fedadp-sketch": ["--strategy", "fedadp", "--fedadp-angles", "sketch"],
     # FedAvg on the IID nodes alone (an iid partition over that many ranks, each holding
@@ -65,7 +68,7 @@ def rounds_to_target(run: dict, tau: int, target: float) -> int | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--methods", default="fedavg,fedadp,fedadp-sketch",
+    p.add_argument("--methods", default="fedavg,fedavg-weighted,fedadp,fedadp-sketch",
                    help=f"comma-separated, of {', '.join(METHODS)} (iid-only: see METHODS)")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--workers", type=int, default=10)
