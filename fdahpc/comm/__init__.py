@@ -87,4 +87,5 @@ def make_communicator(backend: str = "auto", device: str = "cpu", timeout_s: flo
         return comm
     from .torch_dist import TorchCommunicator
 
-    return TorchCommunicator(launch, on, "nccl" if on.type == "cuda" else "gloo", timeout_s)
+    dist_backend = "nccl" if on.type == "cuda" and backend != "gloo" else "gloo"  # gloo also reduces CUDA tensors
+    return TorchCommunicator(launch, on, dist_backend, timeout_s)
