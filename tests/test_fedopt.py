@@ -132,7 +132,8 @@ def test_sampled_rounds_average_only_the_participants(comm):
         expected = np.mean([worker_model(r, rnd) for r in chosen], axis=0)
         np.testing.assert_allclose(strat.w.numpy(), expected, rtol=1e-5, atol=1e-6)
         assert not torch.equal(anchor, strat.w)
-    assert strat.comm_bytes() == 3 * 4 * D * 1 * 2  # one participant per round moves
+    # One participant per round trains, but every rank takes part in the AllReduce and is counted.
+    assert strat.comm_bytes() == 3 * 4 * D * comm.world_size * 2
     with pytest.raises(ValueError, match="clients-per-round"):
         make(comm, "fedavg", sync="linear", clients_per_round=1)
 

@@ -53,6 +53,21 @@ PINS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Pins hold for one torch and one Numba thread per rank (fdahpc.train's default,
+    --threads 1): other thread counts sum in other orders, a few bits apart."""
+    import numba
+    import torch
+
+    before = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    yield
+    torch.set_num_threads(before[0])
+    numba.set_num_threads(before[1])
+
+
 def _run(comm, tmp_path, case):
     overrides = {"strategy": case, **CASES[case]}
     out = comm.bcast_obj(str(tmp_path / "run.h5"))
