@@ -37,7 +37,7 @@ class ModelAverager:
         from .comm import make_communicator
         from .config import TrainConfig
         from .params import FlatParams
-        from .strategies import PRESETS, TRIGGERS, build_strategy, trigger_of
+        from .strategies import PRESETS, build_strategy
 
         if strategy not in PRESETS:
             raise ValueError(f"strategy {strategy!r}: unknown; choose one of {', '.join(PRESETS)}")
@@ -47,13 +47,9 @@ class ModelAverager:
             raise ValueError(f"option {unknown[0]!r}: unknown; options are the flags of python -m fdahpc.train "
                              "with underscores, e.g. theta=1.0, tau=100, server_lr=0.01")
         cfg = TrainConfig(strategy=strategy, seed=seed, **options)
-        periodic = trigger_of(strategy, cfg.sync) is TRIGGERS["periodic"]
-        if periodic and cfg.tau is None and steps_per_epoch is None:
-            raise ValueError(f"strategy {strategy!r}: give tau=STEPS (the round length) or steps_per_epoch= "
-                             "(to count --local-epochs)")
         self.comm = comm if comm is not None else make_communicator()
         self.flat = FlatParams(model)
-        self.strategy = build_strategy(cfg, self.comm, self.flat.w, steps_per_epoch or 1, num_samples)
+        self.strategy = build_strategy(cfg, self.comm, self.flat.w, steps_per_epoch, num_samples)
         self.comm.bcast_(self.flat.w, "control")  # one initial model everywhere
         self.strategy.reset()
 

@@ -27,7 +27,7 @@ for _module in pkgutil.iter_modules(__path__):
 WEIGHTINGS = ("uniform", "samples")
 
 __all__ = ["WEIGHTINGS", "STRATEGIES", "STRATEGY_HELP", "TRIGGERS", "RULES", "ANGLE_MODES", "Preset", "PRESETS", "BuildContext",
-           "Trigger", "Rule", "trigger", "rule", "build_strategy", "local_optimizer", "uses_sketch", "trigger_of",
+           "Trigger", "Rule", "trigger", "rule", "build_strategy", "local_optimizer", "uses_sketch", "trigger_of", "rule_of",
            "Synchronizer"]
 
 
@@ -66,12 +66,17 @@ def trigger_of(strategy: str, sync: str | None = None) -> type[Trigger]:
     return TRIGGERS[sync or PRESETS[strategy].trigger]
 
 
+def rule_of(strategy: str) -> type[Rule]:
+    """The rule class of a strategy's preset."""
+    return RULES[PRESETS[strategy].rule]
+
+
 def uses_sketch(cfg) -> bool:
     """Whether this configuration hashes AMS sketches (its trigger or its rule says so)."""
-    return trigger_of(cfg.strategy, cfg.sync).needs_sketch(cfg) or RULES[PRESETS[cfg.strategy].rule].needs_sketch(cfg)
+    return trigger_of(cfg.strategy, cfg.sync).needs_sketch(cfg) or rule_of(cfg.strategy).needs_sketch(cfg)
 
 
-def build_strategy(cfg, comm: Communicator, w: torch.Tensor, steps_per_epoch: int, num_samples: int) -> Synchronizer:
+def build_strategy(cfg, comm: Communicator, w: torch.Tensor, steps_per_epoch: int | None, num_samples: int) -> Synchronizer:
     """The synchronizer for ``cfg.strategy`` (trigger overridden by ``cfg.sync``)."""
     if cfg.strategy not in PRESETS:
         raise ValueError(f"--strategy {cfg.strategy!r}: unknown; choose one of {', '.join(STRATEGIES)}")
@@ -80,4 +85,4 @@ def build_strategy(cfg, comm: Communicator, w: torch.Tensor, steps_per_epoch: in
     if participation.sampling and trigger_cls.threshold:
         raise ValueError("--clients-per-round: client sampling needs round-based syncing; drop it or use --sync periodic")
     ctx = BuildContext(cfg, comm, w.numel(), steps_per_epoch, num_samples, participation)
-    return Synchronizer(comm, w, trigger_cls.build(ctx), RULES[PRESETS[cfg.strategy].rule].build(ctx), participation)
+    return Synchronizer(comm, w, trigger_cls.build(ctx), rule_of(cfg.strategy).build(ctx), participation)

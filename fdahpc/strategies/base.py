@@ -28,7 +28,7 @@ class BuildContext:
     cfg: Any
     comm: Communicator
     dim: int
-    steps_per_epoch: int
+    steps_per_epoch: int | None  # None in a user's own loop that did not give it
     num_samples: int  # this rank's training samples
     participation: Participation
 

@@ -17,10 +17,13 @@ from .participation import Participation, participant_mean_
 __all__ = ["PeriodicTrigger", "EveryStepTrigger", "MeanRule", "periodic_tau"]
 
 
-def periodic_tau(cfg, steps_per_epoch: int) -> int:
+def periodic_tau(cfg, steps_per_epoch: int | None) -> int:
     """τ in local steps: ``--tau`` if given, else ``--local-epochs`` worth of steps."""
     if cfg.tau is not None:
         return cfg.tau
+    if steps_per_epoch is None:  # a loop of the user's own (fdahpc.ModelAverager) that gave neither
+        raise ValueError("local_epochs: the round length in steps needs the epoch length; give tau=STEPS "
+                         "(the round length) or steps_per_epoch=")
     return max(1, round(cfg.local_epochs * steps_per_epoch))
 
 
