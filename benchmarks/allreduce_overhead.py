@@ -5,15 +5,12 @@ ResNet-18) on K ranks (default 4):
 
 - ``raw``:  ``comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM)`` on a NumPy array, the floor;
 - ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on ``fdahpc.params.flat_buffer(d)``,
-  exactly how ``FlatParams.w`` is allocated (what ``MeanRule`` does at every model sync):
-  the sum plus a ``w *= 1/K`` pass; mean/raw is the headline ratio;
-- ``sum``:  ``allreduce_sum_(w, "sync")`` on the same tensor: fdahpc's wrapper, no 1/K pass;
-- ``scale``: the ``w *= 1/K`` pass alone, no communication;
-- ``raw@torch.empty``: the raw Allreduce on a ``torch.empty`` tensor's NumPy view, how
-  FlatParams allocated before it went through NumPy (NumPy asks Linux for transparent huge
-  pages on arrays >= 4 MB, ``torch.empty`` does not unless ``THP_MEM_ALLOC_ENABLE=1``);
-- ``rs+ag``: a candidate for the 1/K pass, raw mpi4py on the flat buffer: Reduce_scatter,
-  scale only this rank's d/K slice, Allgatherv.
+  exactly how ``FlatParams.w`` is allocated (what ``MeanRule`` does at every model sync);
+  mean/raw is the headline ratio. Below ``MPICommunicator.split_mean_min`` values it is a
+  1/K pass then the Allreduce; from there on a Reduce_scatter_block, 1/K over this rank's
+  slice, an Allgather (and one small Allreduce of the last d mod K values);
+- ``sum+scale``: ``allreduce_sum_(w)`` then ``w *= 1/K``, how fdahpc averaged before;
+- ``scale``: the 1/K pass over the whole buffer alone, no communication.
 
 Every repeat runs each variant once, in a rotated order (so no variant always follows the
 same one), each after a Barrier and after restoring the buffer's contents (untimed, so
@@ -31,7 +28,6 @@ Run (the script relaunches itself under ``mpiexec -n RANKS`` when started withou
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import sys
 import time
@@ -39,7 +35,7 @@ import time
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
 from _common import CpuMeter, launched_by_mpi, median, mpiexec, print_report, wait_for_quiet
 
-VARIANTS = ("raw", "mean", "sum", "scale", "raw@torch.empty", "rs+ag")
+VARIANTS = ("raw", "mean", "sum+scale", "scale")
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -60,7 +56,6 @@ def parse(argv=None) -> argparse.Namespace:
 def bench_one(mpi_comm, comm, dim: int, repeats: int, warmup: int):
     """Per-variant lists of per-repeat times on this rank (seconds)."""
     import numpy as np
-    import torch
     from mpi4py import MPI
 
     k, rank = mpi_comm.Get_size(), mpi_comm.Get_rank()
@@ -70,33 +65,26 @@ def bench_one(mpi_comm, comm, dim: int, repeats: int, warmup: int):
 
     w = flat_buffer(dim)  # exactly how FlatParams.w is allocated
     w_np = w.numpy()
-    plain = torch.empty(dim, dtype=torch.float32).numpy()
-    counts = [dim // k + (1 if r < dim % k else 0) for r in range(k)]
-    displs = [sum(counts[:r]) for r in range(k)]
-    part = np.empty(counts[rank], dtype=np.float32)
     inv_k = 1.0 / k
 
     def scale():
-        w.mul_(inv_k)  # the same pass allreduce_mean_ makes (``buf *= 1/K``)
+        w.mul_(inv_k)
 
-    def rs_ag():
-        mpi_comm.Reduce_scatter(w_np, part, recvcounts=counts, op=MPI.SUM)
-        np.multiply(part, np.float32(inv_k), out=part)
-        mpi_comm.Allgatherv(part, [w_np, counts, displs, MPI.FLOAT])
+    def sum_scale():
+        comm.allreduce_sum_(w, "sync")
+        w.mul_(inv_k)
 
     calls = {
         "raw": (raw, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)),
         "mean": (w_np, lambda: comm.allreduce_mean_(w, "sync")),
-        "sum": (w_np, lambda: comm.allreduce_sum_(w, "sync")),
+        "sum+scale": (w_np, sum_scale),
         "scale": (w_np, scale),
-        "raw@torch.empty": (plain, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, plain, op=MPI.SUM)),
-        "rs+ag": (w_np, rs_ag),
     }
     # The variants must compute the same thing before their times mean anything.
     np.copyto(raw, src)
     calls["raw"][1]()
     expected = raw / np.float32(k)
-    for name in ("mean", "rs+ag"):
+    for name in ("mean", "sum+scale"):
         buf, fn = calls[name]
         np.copyto(buf, src)
         fn()
@@ -146,33 +134,24 @@ def worker(args) -> None:
             med = {v: median(t[v]) * 1e3 for v in VARIANTS}
             paired = median(t["mean"] / t["raw"])
             rows.append([
-                f"{dim:,}", f"{med['raw']:.3f}", f"{med['mean']:.3f}", f"{med['mean'] / med['raw']:.3f}",
-                f"{paired:.3f}", f"{np.percentile(t['raw'], 25) * 1e3:.2f}-{np.percentile(t['raw'], 75) * 1e3:.2f}",
-                f"{med['sum'] / med['raw']:.3f}", f"{med['mean'] / med['sum']:.3f}", f"{med['scale']:.3f}",
-                f"{med['raw@torch.empty'] / med['raw']:.3f}", f"{med['rs+ag'] / med['raw']:.3f}", f"{foreign:.0%}",
+                f"{dim:,}", "split" if dim >= comm.split_mean_min else "scale first", f"{med['raw']:.3f}",
+                f"{med['mean']:.3f}", f"{med['mean'] / med['raw']:.3f}", f"{paired:.3f}",
+                f"{np.percentile(t['raw'], 25) * 1e3:.2f}-{np.percentile(t['raw'], 75) * 1e3:.2f}",
+                f"{med['sum+scale'] / med['raw']:.3f}", f"{med['scale']:.3f}", f"{foreign:.0%}",
             ])
     if comm.is_root:
         print_report(
             f"allreduce overhead: {comm.world_size} ranks, {args.repeats} repeats (5x for d < 1M; after {args.warmup} "
             f"warm-up), median of the slowest rank's time; mpi4py {__import__('mpi4py').__version__}, "
             f"{MPI.Get_library_version().splitlines()[0].strip()}",
-            ["d", "raw ms", "fdahpc ms", "ratio", "paired", "raw IQR ms", "sum/raw", "mean/sum", "scale ms",
-             "torch.empty/raw", "rs+ag/raw", "others' CPU"], rows,
+            ["d", "fdahpc mean", "raw ms", "fdahpc ms", "ratio", "paired", "raw IQR ms", "sum+scale/raw", "scale ms",
+             "others' CPU"], rows,
             "ratio = median fdahpc mean / median raw Allreduce (goal <= 1.10); paired = median of per-repeat ratios.\n"
-            "ratio = sum/raw (fdahpc's wrapper) x mean/sum (the 1/K pass; alone: scale ms).\n"
-            "torch.empty/raw: the raw Allreduce on a torch.empty buffer (FlatParams' former allocation) / raw;\n"
-            "rs+ag/raw: Reduce_scatter + scale own slice + Allgatherv on the flat buffer / raw (a 1/K-pass candidate).\n"
-            "others' CPU: share of the machine that other processes used meanwhile (noise indicator).\n"
-            f"transparent huge pages: {_thp_mode()}; "
-            f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")
+            "fdahpc mean: how allreduce_mean_ averaged this size (1/K pass then Allreduce, or the split:\n"
+            "Reduce_scatter_block, 1/K over the own slice, Allgather). sum+scale/raw: the former way (Allreduce,\n"
+            "then 1/K over the whole buffer) / raw; scale ms: that 1/K pass alone.\n"
+            "others' CPU: share of the machine that other processes used meanwhile (noise indicator).")
 
-
-def _thp_mode() -> str:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
-            return fh.read().strip()
-    except OSError:
-        return "unknown"
 
 def main(argv=None) -> int:
     args = parse(argv)

@@ -390,22 +390,13 @@ def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
     return old if run.get("config") == expected else None
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    jobs = plan(args)
-    if not jobs:
-        print("comm_cost: nothing to run (check --partitions, --workers, --skip)", file=sys.stderr)
-        return 2
-    validate(jobs)
-    if args.dry_run:
-        for job in jobs:
-            print(f"mpiexec -n {job.workers} python -m fdahpc.train {shlex.join(job.flags)} "
-                  f"--log-every 1000000 --out {os.path.join(args.workdir, job.file_name)}")
-        return 0
+def run_jobs(jobs: list[Job], args, csv_path: str) -> tuple[list[dict], list[str], int]:
+    """Run ``jobs`` one after the other (or reuse them, ``--resume``), writing one CSV row per run.
+
+    Returns the rows, the failures' one-line descriptions and how many runs were reused.
+    """
     os.makedirs(args.workdir, exist_ok=True)
-    csv_path, png_path = args.out + ".csv", args.out + ".png"
-    print(f"comm_cost: {len(jobs)} runs, target {args.target:g}, cap {args.max_epochs:g} epochs, eval every "
-          f"{args.eval_every} steps; run files in {args.workdir}", flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
     previous = _previous_rows(csv_path) if args.resume else {}
     rows, failures, start, reused = [], [], time.perf_counter(), 0
     with open(csv_path, "w", newline="") as fh:
@@ -437,6 +428,26 @@ def main(argv=None) -> int:
                   f"{row['syncs']} syncs, {(row['gb_to_target'] if row['reached'] else row['gb']):.4f} GB; "
                   f"{row['job_seconds']:.0f} s, others used {row['others_cpu']:.0%} of the machine"
                   f"{' (reused from an earlier sweep)' if old else ''} (total {time.perf_counter() - start:.0f} s)", flush=True)
+    return rows, failures, reused
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    jobs = plan(args)
+    if not jobs:
+        print("comm_cost: nothing to run (check --partitions, --workers, --skip)", file=sys.stderr)
+        return 2
+    validate(jobs)
+    if args.dry_run:
+        for job in jobs:
+            print(f"mpiexec -n {job.workers} python -m fdahpc.train {shlex.join(job.flags)} "
+                  f"--log-every 1000000 --out {os.path.join(args.workdir, job.file_name)}")
+        return 0
+    csv_path, png_path = args.out + ".csv", args.out + ".png"
+    print(f"comm_cost: {len(jobs)} runs, target {args.target:g}, cap {args.max_epochs:g} epochs, eval every "
+          f"{args.eval_every} steps; run files in {args.workdir}", flush=True)
+    start = time.perf_counter()
+    rows, failures, reused = run_jobs(jobs, args, csv_path)
     if not rows:
         print("\n".join(failures), file=sys.stderr)
         return 1

@@ -22,6 +22,26 @@ def test_allreduce_mean_numpy_and_torch(comm):
     assert torch.allclose(t, torch.arange(7, dtype=torch.float32) + sum(range(k)) / k)
 
 
+@pytest.mark.parametrize("extra", [0, 1])
+def test_allreduce_mean_of_a_large_buffer_matches_the_naive_mean(comm, extra):
+    """Large buffers take the MPI backend's split path (reduce-scatter, 1/K over one slice,
+    allgather; the last d mod K values by a small Allreduce): the same mean, bit-identical
+    on every rank, the view cache following a tensor that is reused and one that is not."""
+    k, r = comm.world_size, comm.rank
+    d = (1 << 21) + extra * (k - 1 if k > 1 else 1)  # divisible by K, and not
+    rows = [np.random.default_rng(rank).standard_normal(d).astype(np.float32) for rank in range(k)]
+    expected = np.mean(np.stack(rows).astype(np.float64), axis=0)
+    t = torch.from_numpy(rows[r].copy())
+    for _ in range(2):  # the second call reuses the cached view of t
+        t.copy_(torch.from_numpy(rows[r]))
+        comm.allreduce_mean_(t, "sync")
+        assert np.allclose(t.numpy(), expected, rtol=0, atol=1e-6)
+    assert np.array_equal(comm.allgather(t.numpy()[-5:], "eval")[0], t.numpy()[-5:])
+    fresh = np.full(d, float(r), dtype=np.float64)
+    comm.allreduce_mean_(fresh, "sync")
+    assert np.all(fresh == sum(range(k)) / k)
+
+
 def test_allreduce_sum_float64(comm):
     v = np.array([comm.rank, 1.0, 2.0 ** 40])
     comm.allreduce_sum_(v, "eval")

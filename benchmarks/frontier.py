@@ -1,0 +1,367 @@
+"""FDA's communication frontier against FedAvg (Local-SGD): bytes against steps to a target.
+
+For each setting (model, partition, K) the script runs, as real MPI jobs through
+comm_cost's machinery, FedAvg with rounds of ¼, ½, 1 and 2 epochs, LinearFDA and
+SketchFDA over a Θ grid wide enough that the largest Θ syncs less often than the
+longest FedAvg round, FDA with ``--theta auto``, and Synchronous once. Every run trains to
+the highest target (or the epoch cap); the step and the bytes at which it first reached
+each lower target are read from its evaluation series (``eval/accuracy``,
+``eval/comm_bytes``), so one run serves every target.
+
+Printed, per (setting, target):
+
+- every run's steps and GB to the target;
+- for each FedAvg point, the cheapest FDA run that reaches the target in no more steps,
+  and FedAvg's GB over that run's (goal: >= 2, "FDA dominates");
+- Synchronous against the cheapest FDA run in no more steps than Synchronous (goal >= 50x);
+- ``--theta auto`` against the tuned Θ of the same trigger: the cheapest tuned run, and the
+  cheapest tuned run in no more steps than auto (goal: auto's GB <= 1.5x at <= the steps).
+
+With several seeds a configuration's steps and GB are the medians over the seeds that
+reached the target (and it counts as reaching it only if most seeds did).
+
+Outputs: ``benchmarks/frontier.csv`` (one row per run and target), ``frontier.png`` (GB on
+a log axis against steps, one panel per setting and target, each family's Pareto frontier
+drawn as a line) and ``frontier.txt`` (the printed report). Run files and each setting's
+comm_cost CSV go to ``runs/frontier/``; ``--resume`` reuses every finished run, so adding a
+setting or a Θ runs only what is new, and ``--resume`` with nothing new just rebuilds the
+report.
+
+    python benchmarks/frontier.py [--settings lenet5/iid@4,...] [--seeds 0] [--resume] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import sys
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+
+import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
+import comm_cost
+from _common import REPO_ROOT, median, print_table, read_run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+#: Per model: the targets (the highest is what runs train to), the epoch cap, the Θ grid
+#: (comm_cost's ``--thetas`` syntax) and how often to evaluate. The grids come from a
+#: ``--log-variance`` pilot at K=4, iid, no sync: LeNet-5's LinearFDA estimate H reached 17 at
+#: step 200 and 30 at step 450 (the exact variance 4 and 8, which SketchFDA tracks), the
+#: CNN's H 160 at step 180 (variance 68). The largest Θ syncs less often than 2-epoch rounds.
+MODELS = {
+    "lenet5": dict(targets="0.88,0.90", max_epochs=15, thetas="linear=2,4,8,16,32,64;sketch=2,8,32", eval_every=100),
+    "cnn": dict(targets="0.88,0.90", max_epochs=6, thetas="linear=64,256,1024;sketch=32,256", eval_every=100),
+}
+FEDAVG_EPOCHS = (0.25, 0.5, 1.0, 2.0)
+DEFAULT_SETTINGS = "lenet5/iid@4,lenet5/sorted:60@4,cnn/iid@4,lenet5/iid@8,lenet5/sorted:60@8"
+FAMILIES = ("synchronous", "fedavg", "linearfda", "sketchfda")  # plot order
+
+
+@dataclass(frozen=True)
+class Setting:
+    model: str
+    partition: str
+    workers: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/{self.partition}@{self.workers}"
+
+    @property
+    def folder(self) -> str:
+        return "".join(c if c.isalnum() or c in "-." else "_" for c in f"{self.model}-{self.partition}-k{self.workers}")
+
+
+def parse_setting(text: str) -> Setting:
+    model, _, rest = text.strip().partition("/")
+    partition, _, k = rest.rpartition("@")
+    if not model or not partition or not k.isdigit():
+        raise ValueError(f"--settings entry {text!r}: use MODEL/PARTITION@K, e.g. lenet5/sorted:60@4")
+    if model not in MODELS:
+        raise ValueError(f"--settings entry {text!r}: no defaults for model {model!r}; known: {', '.join(MODELS)}")
+    return Setting(model, partition, int(k))
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"comma-separated MODEL/PARTITION@K (default {DEFAULT_SETTINGS})")
+    p.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
+    p.add_argument("--targets", help="comma-separated target accuracies for every setting (default: the model's, e.g. lenet5 0.88,0.90)")
+    p.add_argument("--thetas", help="Θ grid for every setting, comm_cost syntax (default: the model's)")
+    p.add_argument("--max-epochs", type=float, help="epoch cap per run (default: the model's)")
+    p.add_argument("--fedavg-epochs", default=",".join(f"{e:g}" for e in FEDAVG_EPOCHS),
+                   help="FedAvg round lengths in epochs (default 0.25,0.5,1,2)")
+    p.add_argument("--no-auto", action="store_true", help="leave out the --theta auto runs")
+    p.add_argument("--dataset", default="fashion-mnist")
+    p.add_argument("--resume", action="store_true", help="reuse finished runs (an unchanged sweep only rebuilds the report)")
+    p.add_argument("--dry-run", action="store_true", help="check the flags and print the commands")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds before one run is killed (default 1800)")
+    p.add_argument("--workdir", default=os.path.join(REPO_ROOT, "runs", "frontier"))
+    p.add_argument("--out", default=os.path.join(HERE, "frontier"), help="CSV/PNG/TXT path prefix (default benchmarks/frontier)")
+    args = p.parse_args(argv)
+    try:
+        args.settings = [parse_setting(s) for s in args.settings.split(",") if s.strip()]
+        args.fedavg_epochs = [float(x) for x in args.fedavg_epochs.split(",") if x.strip()]
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
+
+
+def targets_of(args, setting: Setting) -> list[float]:
+    return sorted(float(x) for x in (args.targets or MODELS[setting.model]["targets"]).split(",") if x.strip())
+
+
+def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
+    """comm_cost's arguments for one setting: every family, trained to the highest target."""
+    own = MODELS[setting.model]
+    entries = ["synchronous", *(f"fedavg:local-epochs={e:g}" for e in args.fedavg_epochs), "linearfda", "sketchfda"]
+    if not args.no_auto:
+        entries += ["linearfda:theta=auto", "sketchfda:theta=auto"]
+    folder = os.path.join(args.workdir, setting.folder)
+    argv = ["--strategies", ",".join(entries), "--thetas", args.thetas or own["thetas"],
+            "--workers", str(setting.workers), "--partitions", setting.partition, "--skip", "",
+            "--target", f"{targets_of(args, setting)[-1]:g}", "--max-epochs", f"{args.max_epochs or own['max_epochs']:g}",
+            "--seeds", args.seeds, "--eval-every", str(own["eval_every"]), "--model", setting.model,
+            "--dataset", args.dataset, "--workdir", folder, "--out", os.path.join(folder, "runs"),
+            "--timeout", f"{args.timeout:g}", "--baselines", ""]
+    return comm_cost.parse(argv + (["--resume"] if args.resume else []))
+
+
+# Reading the runs ---------------------------------------------------------------------
+
+
+def crossing(run: dict, target: float) -> tuple[int, float] | None:
+    """(step, GB) of the first evaluation at or above ``target``; None when none was."""
+    for step, acc, nbytes in zip(run["eval/step"], run["eval/accuracy"], run["eval/comm_bytes"]):
+        if acc >= target:
+            return int(step), float(nbytes) / 1e9
+    return None
+
+
+def family_of(row: dict) -> str:
+    return row["family"]
+
+
+def knob_of(row: dict) -> str:
+    """What distinguishes runs within a family: τ in epochs, Θ, or 'auto'."""
+    if row["family"] == "fedavg":
+        return row["entry"].partition("local-epochs=")[2] + " ep"
+    if row["family"] in ("linearfda", "sketchfda"):
+        return "auto" if "theta=auto" in row["entry"] else f"Θ={float(row['theta']):g}"
+    return ""
+
+
+def points(setting: Setting, comm_rows: list[dict], targets: list[float]) -> list[dict]:
+    """One point per (configuration, target): medians over the seeds that reached it."""
+    out = []
+    by_config: dict[tuple, list[tuple[dict, dict]]] = {}
+    for r in comm_rows:
+        run = read_run(os.path.join(REPO_ROOT, r["run_file"]))
+        by_config.setdefault((r["family"], knob_of(r)), []).append((r, run))
+    for target in targets:
+        for (family, knob), runs in by_config.items():
+            hits = [c for c in (crossing(run, target) for _, run in runs) if c is not None]
+            reached = len(hits) * 2 > len(runs)
+            out.append(dict(
+                setting=setting.name, model=setting.model, partition=setting.partition, workers=setting.workers,
+                target=target, family=family, knob=knob, auto=knob == "auto", seeds=len(runs), reached_seeds=len(hits),
+                reached=reached,
+                steps=median(s for s, _ in hits) if reached else median(float(run["steps"]) for _, run in runs),
+                gb=median(g for _, g in hits) if reached else median(float(run["comm_bytes"]) / 1e9 for _, run in runs),
+                syncs=median(float(run["syncs"]) for _, run in runs),
+                final_accuracy=median(float(run["final_accuracy"]) for _, run in runs),
+                run_files=";".join(r["run_file"] for r, _ in runs),
+            ))
+    return out
+
+
+# The comparisons ----------------------------------------------------------------------
+
+
+def pareto(pts: list[dict]) -> list[dict]:
+    """The points no other point beats in both steps and GB, by increasing steps."""
+    front, best_gb = [], float("inf")
+    for p in sorted(pts, key=lambda p: (p["steps"], p["gb"])):
+        if p["gb"] < best_gb:
+            front.append(p)
+            best_gb = p["gb"]
+    return front
+
+
+def cheapest_within(pts: list[dict], steps: float) -> dict | None:
+    ok = [p for p in pts if p["steps"] <= steps]
+    return min(ok, key=lambda p: p["gb"]) if ok else None
+
+
+def label(p: dict) -> str:
+    return f"{p['family']} {p['knob']}".strip()
+
+
+def fmt(p: dict | None, key: str) -> str:
+    if p is None:
+        return "-"
+    return f"{p[key]:.0f}" if key == "steps" else f"{p[key]:.4f}"
+
+
+def report(pts: list[dict]) -> list[str]:
+    """The printed comparisons; returns the goal verdict lines for the summary."""
+    verdicts = []
+    groups = list(dict.fromkeys((p["setting"], p["target"]) for p in pts))
+    for setting, target in groups:
+        g = [p for p in pts if (p["setting"], p["target"]) == (setting, target)]
+        ok = [p for p in g if p["reached"]]
+        fda = [p for p in ok if p["family"] in ("linearfda", "sketchfda") and not p["auto"]]
+        fda_all = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
+        print(f"\n=== {setting}, target {target:g} ===")
+        rows = [[label(p), f"{p['reached_seeds']}/{p['seeds']}",
+                 f"{p['steps']:.0f}" if p["reached"] else f">{p['steps']:.0f}",
+                 f"{p['gb']:.4f}" if p["reached"] else f">{p['gb']:.4f}", f"{p['syncs']:.0f}", f"{p['final_accuracy']:.4f}"]
+                for p in sorted(g, key=lambda p: (FAMILIES.index(p["family"]) if p["family"] in FAMILIES else 9, p["steps"]))]
+        print_table(["run", "reached", "steps", "GB", "syncs (run)", "final acc"], rows)
+
+        fedavg = [p for p in ok if p["family"] == "fedavg"]
+        if fedavg:
+            print("\nEach FedAvg point against the cheapest FDA run (tuned Θ or auto) in no more steps:")
+            rows, dominated = [], 0
+            for p in sorted(fedavg, key=lambda p: p["steps"]):
+                q = cheapest_within(fda_all, p["steps"])
+                ratio = p["gb"] / q["gb"] if q else float("nan")
+                dominated += bool(q and ratio >= 2)
+                rows.append([label(p), fmt(p, "steps"), fmt(p, "gb"), label(q) if q else "none", fmt(q, "steps"),
+                             fmt(q, "gb"), f"{ratio:.2f}x" if q else "-"])
+            print_table(["FedAvg", "steps", "GB", "cheapest FDA in <= steps", "steps", "GB", "FedAvg GB / FDA GB"], rows)
+            verdicts.append(f"{setting} @ {target:g}: FDA dominates {dominated} of {len(fedavg)} FedAvg points "
+                            f"(<= steps and <= 1/2 the GB)")
+        sync = next((p for p in g if p["family"] == "synchronous"), None)
+        if sync is not None:
+            q = cheapest_within(fda, sync["steps"]) if sync["reached"] else (min(fda, key=lambda p: p["gb"]) if fda else None)
+            gt = "" if sync["reached"] else ">"
+            if q:
+                print(f"\nSynchronous {gt}{sync['steps']:.0f} steps, {gt}{sync['gb']:.4f} GB; cheapest tuned FDA in no more steps: "
+                      f"{label(q)} {q['steps']:.0f} steps, {q['gb']:.4f} GB: {gt}{sync['gb'] / q['gb']:.0f}x fewer bytes")
+                verdicts.append(f"{setting} @ {target:g}: FDA {gt}{sync['gb'] / q['gb']:.0f}x fewer bytes than Synchronous "
+                                f"in {q['steps'] / sync['steps']:.2f} of its steps{'' if sync['reached'] else ' (Synchronous did not reach the target: a bound)'}")
+        for trig in ("linearfda", "sketchfda"):
+            auto = next((p for p in g if p["family"] == trig and p["auto"]), None)
+            tuned = [p for p in fda if p["family"] == trig]
+            if auto is None or not tuned:
+                continue
+            best = min(tuned, key=lambda p: p["gb"])
+            near = cheapest_within(tuned, auto["steps"]) if auto["reached"] else None
+            if not auto["reached"]:
+                line = f"{trig} auto did not reach the target ({auto['steps']:.0f} steps, {auto['gb']:.4f} GB)"
+            else:
+                line = (f"{trig} auto {auto['steps']:.0f} steps {auto['gb']:.4f} GB; cheapest tuned {label(best)} "
+                        f"{best['steps']:.0f} steps {best['gb']:.4f} GB ({auto['gb'] / best['gb']:.2f}x its GB, "
+                        f"{auto['steps'] / best['steps']:.2f}x its steps); cheapest tuned in <= auto's steps: "
+                        + (f"{label(near)} {near['gb']:.4f} GB ({auto['gb'] / near['gb']:.2f}x)" if near else "none"))
+            print(line)
+            verdicts.append(f"{setting} @ {target:g}: {line}")
+    return verdicts
+
+
+# The figure ---------------------------------------------------------------------------
+
+STYLE = {"synchronous": ("s", "black"), "fedavg": ("D", "tab:gray"), "linearfda": ("o", "tab:blue"),
+         "sketchfda": ("^", "tab:orange")}
+
+
+def plot(pts: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys((p["setting"], p["target"]) for p in pts))
+    cols = min(4, len(groups))
+    nrows = (len(groups) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 4.2 * nrows), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.axis("off")
+    for ax, (setting, target) in zip(axes.flat, groups):
+        g = [p for p in pts if (p["setting"], p["target"]) == (setting, target)]
+        for family, (marker, colour) in STYLE.items():
+            fam = [p for p in g if p["family"] == family]
+            ok = [p for p in fam if p["reached"] and not p["auto"]]
+            if ok:
+                ax.scatter([p["gb"] for p in ok], [p["steps"] for p in ok], marker=marker, s=40, color=colour, label=family)
+                front = pareto(ok)
+                if len(front) > 1:
+                    ax.plot([p["gb"] for p in front], [p["steps"] for p in front], color=colour, lw=1.2)
+                for p in ok:
+                    if p["knob"]:
+                        ax.annotate(p["knob"], (p["gb"], p["steps"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
+            auto = [p for p in fam if p["auto"] and p["reached"]]
+            if auto:
+                ax.scatter([p["gb"] for p in auto], [p["steps"] for p in auto], marker="*", s=140, color=colour,
+                           edgecolors="black", linewidths=0.6, label=f"{family} Θ auto")
+            miss = [p for p in fam if not p["reached"]]
+            if miss:
+                ax.scatter([p["gb"] for p in miss], [p["steps"] for p in miss], marker=marker, s=40,
+                           facecolors="none", edgecolors=colour)
+        ax.set_xscale("log")
+        ax.set_xlabel("GB to target (log)")
+        ax.set_ylabel("local steps to target")
+        ax.set_title(f"{setting}, target {target:g}", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, loc="best")
+    fig.suptitle("FDA against FedAvg: lines = each family's Pareto frontier; hollow = target not reached (final values)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+FIELDS = ["setting", "model", "partition", "workers", "target", "family", "knob", "auto", "seeds", "reached_seeds",
+          "reached", "steps", "gb", "syncs", "final_accuracy", "run_files"]
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    plans = [(s, comm_cost_args(args, s)) for s in args.settings]
+    for setting, cargs in plans:
+        jobs = comm_cost.plan(cargs)
+        comm_cost.validate(jobs)
+        if args.dry_run:
+            print(f"# {setting.name}: {len(jobs)} runs")
+            for job in jobs:
+                print(f"mpiexec -n {job.workers} python -m fdahpc.train {' '.join(job.flags)}")
+    if args.dry_run:
+        return 0
+    all_points, failures = [], []
+    for setting, cargs in plans:
+        jobs = comm_cost.plan(cargs)
+        print(f"frontier: {setting.name}: {len(jobs)} runs to {cargs.target:g} (cap {cargs.max_epochs:g} epochs) in {cargs.workdir}",
+              flush=True)
+        rows, failed, _ = comm_cost.run_jobs(jobs, cargs, cargs.out + ".csv")
+        failures += failed
+        all_points += points(setting, rows, targets_of(args, setting))
+    if not all_points:
+        print("frontier: no run finished\n" + "\n".join(failures), file=sys.stderr)
+        return 1
+    with open(args.out + ".csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        for p in all_points:
+            writer.writerow({k: p[k] for k in FIELDS})
+    text = io.StringIO()
+    with redirect_stdout(text):
+        verdicts = report(all_points)
+        print("\nSummary:")
+        for v in verdicts:
+            print("  " + v)
+    print(text.getvalue(), end="")
+    with open(args.out + ".txt", "w") as fh:
+        fh.write(text.getvalue())
+    plot(all_points, args.out + ".png")
+    print(f"\nrows: {args.out}.csv\nreport: {args.out}.txt\nplot: {args.out}.png")
+    if failures:
+        print("failed runs:\n  " + "\n  ".join(failures), file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
