@@ -51,7 +51,10 @@ class TrainConfig:
     eval_every: int | None = _f(None, "also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)")
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
     # FDA and schedules.
-    theta: float = _f(1.0, "FDA variance threshold Θ (model sync when the estimate exceeds it)")
+    theta: float | str = _f(1.0, "FDA variance threshold Θ (model sync when the estimate exceeds it), or auto: Θ = the "
+                            "exact variance of a first round --theta-auto-epochs long", parse="theta")
+    theta_auto_epochs: float = _f(1.0, "--theta auto: length of the first (calibration) round, in epochs")
+    fda_lag: int = _f(0, "1: reduce FDA's state during the next local step and decide one step late (overlaps the AllReduce)")
     tau: int | None = _f(None, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
     local_epochs: float = _f(1.0, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
     sketch_rows: int | None = _f(None, "AMS sketch rows l")
@@ -107,6 +110,7 @@ class TrainConfig:
                 if getattr(self, name) is None:
                     object.__setattr__(self, name, value)
         object.__setattr__(self, "server_betas", _pair(self.server_betas))
+        object.__setattr__(self, "theta", theta_value(self.theta))
         _validate(self)
 
     def to_json(self) -> str:
@@ -133,7 +137,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy",
                  "eval_every", "seed"),
-    "fda": ("theta", "log_variance", "fda_log_every"),
+    "fda": ("theta", "theta_auto_epochs", "fda_lag", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs"),
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
@@ -226,6 +230,13 @@ def _validate_mode(c: TrainConfig, one_of) -> None:
                  "--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
         for name in ("clients", "buffer", "rounds", "scenario"):
             _require(getattr(c, name) is None, f"--{name}: only used with --mode semiasync; add it or drop --{name}")
+        from .strategies import trigger_of
+
+        if not trigger_of(c.strategy, c.sync).threshold:
+            for flag, used in (("--theta auto", c.theta == "auto"), (f"--fda-lag {c.fda_lag}", c.fda_lag != 0)):
+                _require(not used, f"{flag}: {c.strategy} has no FDA trigger; use linearfda or sketchfda "
+                         "(or --sync linear / --sync sketch), or drop it")
+        _require(c.theta_auto_epochs > 0, f"--theta-auto-epochs {c.theta_auto_epochs}: must be > 0, e.g. 1")
         return
     if c.strategy in STRATEGIES and c.strategy not in SEMIASYNC_RULES:
         raise ValueError(f"--strategy {c.strategy}: a synchronous strategy; use --mode sync or choose one of {', '.join(SEMIASYNC_RULES)}")
@@ -258,7 +269,25 @@ class _OneLineParser(argparse.ArgumentParser):
         raise ValueError(f"{message} (see --help)")
 
 
+def theta_value(text: str | float) -> float | str:
+    """``--theta``: a number or the word auto."""
+    if isinstance(text, str) and text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"--theta {text!r}: not a number; give a variance threshold such as 1.0, or auto") from None
+
+
 def _arg_type(f: dataclasses.Field):
+    if f.metadata.get("parse") == "theta":
+        def theta_arg(text: str) -> float | str:
+            try:
+                return theta_value(text)
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+
+        return theta_arg
     t = str(f.type)
     for name, conv in (("int", int), ("float", float)):
         if t.startswith(name):

@@ -72,7 +72,8 @@ def run_label(attrs: dict, config: dict) -> str:
     if workers is not None:
         parts.append(f"K={_text(workers)}")
     if _threshold_trigger(strategy, config.get("sync")) and config.get("theta") is not None:
-        parts.append(f"θ={config['theta']:g}")
+        theta = config["theta"]
+        parts.append(f"θ={theta:g}" if isinstance(theta, (int, float)) else f"θ={theta}")
     if config.get("tau") is not None:
         parts.append(f"τ={config['tau']}")
     partition = attrs.get("partition", config.get("partition"))

@@ -239,6 +239,7 @@ def train(s: Setup, stop=None) -> dict:
                 if cfg.checkpoint_dir and not saved:
                     folder = save_checkpoint(step)
                 break
+        strategy.finish()
         if stopped_by is not None and cfg.checkpoint_dir:
             folder = save_checkpoint(progress.step)
         if stopped_by is not None:

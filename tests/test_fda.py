@@ -215,3 +215,78 @@ def test_readme_trigger_example_registers_and_runs(tmp_path):
             assert f["drift/step"][:].tolist() == list(range(1, 21)) and len(f["drift/sq"]) == 20
     finally:
         TRIGGERS.pop("drift-norm", None)
+
+
+def _drive(comm, trig, steps, stop_after_syncs):
+    """Run a trigger on drifts that depend only on (rank, steps since the last sync), so a
+    round that ends later restarts from the same drifts (the anchor stays at zero, so the
+    drifts are exact): the estimates it records and the steps at which it synchronized."""
+    records, syncs = [], []
+    trig.record = lambda group, **values: records.append((group, values))
+    anchor, n = torch.zeros(D), 0
+    walk = torch.cumsum(torch.from_numpy(np.random.default_rng(comm.rank).normal(size=(steps, D)).astype(np.float32)), 0)
+    for step in range(1, steps + 1):
+        n += 1
+        if trig.should_sync(step, 0.05 * walk[n - 1], anchor):
+            trig.on_sync(anchor, anchor)
+            n = 0
+            syncs.append(step)
+            if len(syncs) == stop_after_syncs:
+                break
+    trig.finish()
+    return [v["h"] for g, v in records if g == "fda"], syncs
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("kind", ["linear", "sketch"])
+def test_lagged_decisions_are_the_blocking_ones_one_step_late(comm, kind):
+    """--fda-lag 1: the state reduced during the next step gives the same estimate and the
+    same decision, one step later, so every round is one step longer."""
+    def make(lag):
+        if kind == "linear":  # H ~ ||u||^2, 5 per step here; the sketch's H ~ the variance
+            return LinearFDATrigger(comm, D, theta=50.0, seed=1, lag=lag)
+        theta = 3.0 if comm.world_size == 1 else 25.0
+        return SketchFDATrigger(comm, D, theta=theta, sketcher=AmsSketch(D, seed=1), lag=lag)
+
+    h0, syncs0 = _drive(comm, make(0), 400, 5)
+    h1, syncs1 = _drive(comm, make(1), 400, 5)
+    lengths0 = np.diff([0] + syncs0)
+    assert len(syncs0) == 5 and lengths0.min() >= 3  # rounds of several steps
+    assert np.diff([0] + syncs1).tolist() == (lengths0 + 1).tolist()
+    # Each round the lagged trigger sees the same states, one step later: the same estimates.
+    assert len(h1) == len(h0) and np.array_equal(np.float64(h1), np.float64(h0))
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("kind", ["linear", "sketch"])
+def test_theta_auto_is_the_variance_of_the_first_round(comm, kind):
+    """--theta auto: no monitoring during a first round of fixed length, then Θ = the exact
+    model variance at its end (infinite on one rank: nothing to average), saved in
+    checkpoints; later rounds end by the estimate as with a hand-set Θ."""
+    k = comm.world_size
+    opts = dict(auto_steps=12, lag=0)
+    trig = (LinearFDATrigger(comm, D, theta="auto", seed=1, **opts) if kind == "linear"
+            else SketchFDATrigger(comm, D, theta="auto", sketcher=AmsSketch(D, seed=1), **opts))
+    anchor = torch.zeros(D)
+    walk = torch.cumsum(torch.from_numpy(np.random.default_rng(comm.rank).normal(size=(40, D)).astype(np.float32)), 0)
+    monitor0 = comm.bytes_sent["monitor"]
+    decisions = [trig.should_sync(step, 0.05 * walk[step - 1], anchor) for step in range(1, 13)]
+    assert decisions == [False] * 11 + [True] and trig.calibrating
+    assert comm.bytes_sent["monitor"] - monitor0 == 4  # one float, once
+    w = 0.05 * walk[11].clone()
+    drifts = comm.allgather(w.numpy().astype(np.float64), "eval")
+    comm.allreduce_mean_(w, "sync")
+    trig.on_sync(anchor, w)
+    exact = float((drifts ** 2).sum(1).mean() - (drifts.mean(0) ** 2).sum())
+    assert not trig.calibrating
+    if k == 1:
+        assert trig.theta == float("inf")
+    else:
+        assert trig.theta == pytest.approx(exact, rel=1e-5)
+        state = trig.state_dict()
+        assert state["theta"] == trig.theta and state["calibrating"] is False
+    anchor = w.clone()
+    later = [trig.should_sync(13 + i, anchor + 0.05 * walk[i], anchor) for i in range(20)]
+    assert comm.bytes_sent["monitor"] - monitor0 == 4 + 20 * trig.state_bytes  # monitored from here on
+    if k > 1:
+        assert any(later)  # the same drift again passes the variance it produced

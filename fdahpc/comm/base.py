@@ -34,13 +34,23 @@ class Status(NamedTuple):
 
 
 class Request(ABC):
-    """A pending non-blocking send; the buffer must stay untouched until it completes."""
+    """A pending non-blocking operation; its buffer must stay untouched until it completes."""
 
     @abstractmethod
     def test(self) -> bool: ...
 
     @abstractmethod
     def wait(self) -> None: ...
+
+
+class Done(Request):
+    """An operation that completed when it was started."""
+
+    def test(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        pass
 
 
 def as_numpy(buf: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -99,6 +109,13 @@ class Communicator(ABC):
         self._allreduce_mean(buf)
         return buf
 
+    def iallreduce_mean_(self, buf, purpose: str) -> Request:
+        """Start averaging ``buf`` over ranks, in place; ``buf`` holds the mean once the
+        returned request's ``wait()`` returns. Every rank must start the same sequence.
+        Backends without non-blocking collectives complete it before returning."""
+        self._count(purpose, _nbytes(buf))
+        return self._iallreduce_mean(buf)
+
     def bcast_(self, buf, purpose: str, root: int = 0):
         """Overwrite ``buf`` on every rank with root's copy, in place; returns ``buf``."""
         self._count(purpose, _nbytes(buf) if self.rank == root else 0)
@@ -151,6 +168,10 @@ class Communicator(ABC):
         self._allreduce_sum(buf)
         if self.world_size > 1:
             buf *= 1.0 / self.world_size
+
+    def _iallreduce_mean(self, buf) -> Request:
+        self._allreduce_mean(buf)
+        return Done()
 
     @abstractmethod
     def _bcast(self, buf, root: int) -> None: ...

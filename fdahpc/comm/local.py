@@ -8,17 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import ANY, Communicator, Request, Status, as_numpy
+from .base import ANY, Communicator, Done, Request, Status, as_numpy
 
 __all__ = ["LocalCommunicator"]
-
-
-class _Done(Request):
-    def test(self) -> bool:
-        return True
-
-    def wait(self) -> None:
-        pass
 
 
 class LocalCommunicator(Communicator):
@@ -41,7 +33,7 @@ class LocalCommunicator(Communicator):
 
     def _isend(self, buf, dest: int, tag: int) -> Request:
         self._send(buf, dest, tag)
-        return _Done()
+        return Done()
 
     def _match(self, source: int, tag: int) -> int | None:
         self._check_peer(source, "source")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import numpy as np
 import torch
 
-from .base import ANY, Communicator, Request, Status, as_numpy
+from .base import ANY, Communicator, Done, Request, Status, as_numpy
 
 __all__ = ["MPICommunicator"]
 
@@ -21,7 +22,13 @@ class _MPIRequest(Request):
         return bool(self._req.Test())
 
     def wait(self) -> None:
-        self._req.Wait()
+        """Poll, yielding the core between polls: MPICH's own Wait spins, and with more
+        ranks than cores the spinning rank holds the core a rank still computing needs."""
+        polls = 0
+        while not self._req.Test():
+            polls += 1
+            if polls > 16:
+                os.sched_yield()
 
 
 class MPICommunicator(Communicator):
@@ -88,6 +95,15 @@ class MPICommunicator(Communicator):
             tail = arr[body_len:]
             self.comm.Allreduce(self._MPI.IN_PLACE, tail, op=self._MPI.SUM)
             np.multiply(tail, inv_k, out=tail)
+
+    def _iallreduce_mean(self, buf) -> Request:
+        arr, k = self._array(buf), self.world_size
+        if k == 1:
+            return Done()
+        if arr.dtype.kind != "f":
+            raise ValueError(f"iallreduce_mean_: a {arr.dtype} buffer; average floating-point buffers")
+        np.multiply(arr, arr.dtype.type(1.0 / k), out=arr)  # as in the blocking mean: nothing left after
+        return _MPIRequest(self.comm.Iallreduce(self._MPI.IN_PLACE, arr, op=self._MPI.SUM))
 
     def _slice_buffer(self, n: int, dtype) -> np.ndarray:
         """This rank's slice of a split mean: one scratch array, reused while the size holds."""

@@ -101,6 +101,9 @@ class Trigger(_Part):
     def on_sync(self, old_anchor: torch.Tensor | None, new_anchor: torch.Tensor) -> None:
         pass
 
+    def finish(self) -> None:
+        """Complete any collective still in flight (the run ends or is saved)."""
+
 
 class Rule(_Part):
     """How to combine the models at a synchronization."""
@@ -195,6 +198,10 @@ class Synchronizer:
             self.anchor.copy_(self.w)
         self.syncs += 1
         self.participation.next_round()
+
+    def finish(self) -> None:
+        """Complete what the trigger still has in flight; collective. Call once the loop ends."""
+        self.trigger.finish()
 
     def comm_bytes(self) -> int:
         """The job's training traffic since :meth:`reset`, measured, in the FDA paper's

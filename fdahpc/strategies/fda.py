@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..comm import Communicator
+from ..comm.base import Done, Request
 from ..sketch import AmsSketch, estimate_sq_norm
 from .base import BuildContext, Trigger, trigger
 
@@ -44,37 +45,106 @@ def exact_variance(comm: Communicator, u: torch.Tensor) -> float:
 
 
 class _FDATrigger(Trigger):
-    """The part both variants share: drift, the one state AllReduce, the decision, records."""
+    """The part both variants share: drift, the one state AllReduce, the decision, records.
+
+    ``lag=1`` (``--fda-lag 1``) starts the state's AllReduce without waiting for it and
+    decides at the next step, from the state of the step before: the reduction overlaps
+    one local step, and every decision is the blocking one, one step late.
+
+    ``auto_steps`` (``--theta auto``) picks Θ itself: the first round has that fixed
+    length (no monitoring traffic), and at its synchronization Θ becomes the exact model
+    variance the round produced, ``mean ||u_k||^2 - ||w_new - w_t0||^2`` (one extra
+    4-byte AllReduce, once). Later rounds end when the estimate passes it: rounds stay
+    near that length while the drift grows as it did at the start and shorten when it
+    grows faster (e.g. on skewed data), at any model size, learning rate or K.
+    """
 
     needs_anchor = True
     threshold = True
-    _state: tuple[str, ...] = ("theta",)
+    _state: tuple[str, ...] = ("theta", "calibrating")
 
-    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int,
-                 log_every: int = 1, log_variance: bool = False) -> None:
-        if theta < 0:
-            raise ValueError(f"theta (--theta) {theta}: must be >= 0 (0 averages every step), e.g. 1.0")
+    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0,
+                 auto_steps: int | None = None, log_every: int = 1, log_variance: bool = False) -> None:
+        if auto_steps is None and not theta >= 0:
+            raise ValueError(f"theta (--theta) {theta}: must be >= 0 (0 averages every step) or auto, e.g. 1.0")
+        if lag not in (0, 1):
+            raise ValueError(f"lag (--fda-lag) {lag}: must be 0 (decide on this step's state) or 1 (on the last step's)")
+        if lag and theta == 0 and auto_steps is None:
+            raise ValueError("lag (--fda-lag) 1: theta 0 averages every step, so there is no state to wait for; drop --fda-lag")
+        if auto_steps is not None and auto_steps < 1:
+            raise ValueError(f"theta auto: the calibration round must be >= 1 step, got {auto_steps}; raise --theta-auto-epochs")
         self.comm = comm
-        self.theta = float(theta)
+        self.lag = lag
+        self.calibrating = auto_steps is not None
+        self.auto_steps = auto_steps
+        self.theta = float("inf") if self.calibrating else float(theta)
         self.log_every = log_every
         self.log_variance = log_variance
         self.state = torch.zeros(state_len, dtype=torch.float32)  # what goes on the wire, moved beside w
         self.state_bytes = 4 * state_len
         self._u: torch.Tensor | None = None  # drift scratch, allocated beside w on first use
+        self._pending: Request | None = None  # lag 1: the state reduction in flight
+        self._pending_variance: dict = {}  # lag 1 with --log-variance: the exact variance of that state's step
+        self._mean_sq: torch.Tensor | None = None  # theta auto: mean ||u_k||^2 at the calibration sync
+
+    def _allocate(self, w: torch.Tensor) -> None:
+        self._u = torch.empty_like(w)
+        self.state = self.state.to(w.device)
 
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
         if self._u is None:
-            self._u = torch.empty_like(w)
-            self.state = self.state.to(w.device)
+            self._allocate(w)
+        if self.calibrating:
+            return self._end_of_calibration(step, w, anchor)
+        if self.lag == 0:
+            self._reduce(w, anchor).wait()
+            return self._decide(step, {"variance": exact_variance(self.comm, self._u)} if self.log_variance else {})
+        if self._pending is not None:  # the state of the step before, reduced meanwhile
+            self._pending.wait()
+            self._pending = None
+            if self._decide(step, self._pending_variance):
+                return True  # the drift restarts from zero: no state of this step to send
+        self._pending = self._reduce(w, anchor)
+        if self.log_variance:
+            self._pending_variance = {"variance": exact_variance(self.comm, self._u)}
+        return False
+
+    def _reduce(self, w: torch.Tensor, anchor: torch.Tensor) -> Request:
+        """Start the AllReduce of this step's state ``S_k`` (computed where w lives)."""
         u = torch.sub(w, anchor, out=self._u)
-        # The state is computed and reduced where w lives; only the reduced state (8 bytes
-        # for LinearFDA, 5 KB for SketchFDA) comes to the host for the decision.
-        state = self.comm.allreduce_mean_(self.local_state(u), "monitor").cpu().numpy()
-        h = self.estimate(state)
+        return self.comm.iallreduce_mean_(self.local_state(u), "monitor")
+
+    def _decide(self, step: int, extra: dict) -> bool:
+        # Only the reduced state (8 bytes for LinearFDA, 5 KB for SketchFDA) comes to the host.
+        h = self.estimate(self.state.cpu().numpy())
         if step % self.log_every == 0:
-            extra = {"variance": exact_variance(self.comm, u)} if self.log_variance else {}
             self.record("fda", h=h, **extra)
         return h > self.theta or self.theta == 0.0
+
+    def _end_of_calibration(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
+        if step < self.auto_steps:
+            return False
+        u = torch.sub(w, anchor, out=self._u)
+        self._mean_sq = self.comm.allreduce_mean_(torch.dot(u, u).reshape(1), "monitor")
+        return True
+
+    def on_sync(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
+        if self._pending is not None:  # a synchronization the trigger did not call: drop the stale state
+            self._pending.wait()
+            self._pending = None
+        if self.calibrating and self._mean_sq is not None:
+            drift = torch.sub(new_anchor, old_anchor, out=self._u)
+            variance = float(self._mean_sq[0]) - float(torch.dot(drift, drift))
+            # K = 1 has no variance to bound: nothing to average, never synchronize again.
+            self.theta = variance if variance > 0 else float("inf")
+            self.calibrating, self._mean_sq = False, None
+            self.record("fda_auto", theta=self.theta, calibration_steps=self.auto_steps)
+
+    def finish(self) -> None:
+        """Complete a state reduction still in flight (collective under ``lag=1``)."""
+        if self._pending is not None:
+            self._pending.wait()
+            self._pending = Done()  # reduced, not yet decided on
 
     def local_state(self, u: torch.Tensor) -> torch.Tensor:
         """``S_k`` of drift ``u`` (float32, what goes on the wire, on ``u``'s device); reuses one buffer."""
@@ -82,12 +152,36 @@ class _FDATrigger(Trigger):
         self._fill_state(u, self.state[1:])
         return self.state
 
+    def state_dict(self) -> dict[str, Any]:
+        self.finish()
+        return {**super().state_dict(), "reduced_state": self.state.clone() if self._pending is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        reduced = state.get("reduced_state")
+        self._pending = None
+        if reduced is not None:
+            self.state = reduced.to(self.state.device)
+            self._pending = Done()
+
+    @staticmethod
+    def build_options(ctx: BuildContext) -> dict[str, Any]:
+        """The keyword arguments both variants take from the configuration."""
+        c = ctx.cfg
+        auto_steps = None
+        if c.theta == "auto":
+            if ctx.steps_per_epoch is None:
+                raise ValueError("theta auto: the calibration round is --theta-auto-epochs long and needs the epoch "
+                                 "length; give steps_per_epoch= (or a number for theta)")
+            auto_steps = max(1, round(c.theta_auto_epochs * ctx.steps_per_epoch))
+        return dict(lag=c.fda_lag, auto_steps=auto_steps, log_every=c.fda_log_every, log_variance=c.log_variance)
+
 
 @trigger("linear")
 class LinearFDATrigger(_FDATrigger):
     """8 bytes per step: the squared drift and its projection on ξ."""
 
-    _state = ("theta", "xi", "syncs_seen")
+    _state = ("theta", "calibrating", "xi", "syncs_seen")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, seed: int = 0, **kw) -> None:
         super().__init__(comm, dim, theta, state_len=2, **kw)
@@ -98,8 +192,7 @@ class LinearFDATrigger(_FDATrigger):
 
     @classmethod
     def build(cls, ctx: BuildContext) -> "LinearFDATrigger":
-        c = ctx.cfg
-        return cls(ctx.comm, ctx.dim, c.theta, seed=c.seed, log_every=c.fda_log_every, log_variance=c.log_variance)
+        return cls(ctx.comm, ctx.dim, ctx.cfg.theta, seed=ctx.cfg.seed, **cls.build_options(ctx))
 
     def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
         if self.xi.device != u.device:
@@ -113,6 +206,7 @@ class LinearFDATrigger(_FDATrigger):
         return sq_norm - proj * proj
 
     def on_sync(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
+        super().on_sync(old_anchor, new_anchor)
         # ξ needs two synchronized models; the initial model is not one of them.
         self.syncs_seen += 1
         if self.syncs_seen < 2:
@@ -123,12 +217,11 @@ class LinearFDATrigger(_FDATrigger):
             torch.div(direction, norm, out=self.xi)
 
 
-
 @trigger("sketch")
 class SketchFDATrigger(_FDATrigger):
     """4 + 4·l·m bytes per step: the squared drift and an AMS sketch of the drift."""
 
-    _state = ("theta", "eps")
+    _state = ("theta", "calibrating", "eps")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, eps: float | None = None,
                  sketcher: AmsSketch | None = None, **kw) -> None:
@@ -153,8 +246,7 @@ class SketchFDATrigger(_FDATrigger):
     @classmethod
     def build(cls, ctx: BuildContext) -> "SketchFDATrigger":
         c = ctx.cfg
-        return cls(ctx.comm, ctx.dim, c.theta, sketcher=ctx.sketch, eps=c.sketch_eps,
-                   log_every=c.fda_log_every, log_variance=c.log_variance)
+        return cls(ctx.comm, ctx.dim, c.theta, sketcher=ctx.sketch, eps=c.sketch_eps, **cls.build_options(ctx))
 
     def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
         if u.device.type == "cpu":  # the Numba kernel
