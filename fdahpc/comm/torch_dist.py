@@ -24,6 +24,19 @@ __all__ = ["TorchCommunicator"]
 _P2P = "point-to-point messages (the semi-asynchronous mode) need --backend mpi: torch.distributed cannot probe for them"
 
 
+class _Work(Request):
+    """A torch.distributed async work handle."""
+
+    def __init__(self, work) -> None:
+        self._work = work
+
+    def test(self) -> bool:
+        return bool(self._work.is_completed())
+
+    def wait(self) -> None:
+        self._work.wait()
+
+
 class TorchCommunicator(Communicator):
     """One process group over every rank of ``launch``; ``backend`` is nccl or gloo."""
 
@@ -72,6 +85,14 @@ class TorchCommunicator(Communicator):
             self._dist.all_reduce(buf, op=self._dist.ReduceOp.AVG)  # NCCL scales inside the reduction: no extra pass
         else:
             super()._allreduce_mean(buf)
+
+    def _iallreduce_mean(self, buf) -> Request:
+        if not (isinstance(buf, torch.Tensor) and buf.is_floating_point() and (buf.device == self.device or not self._staged)):
+            return super()._iallreduce_mean(buf)  # staged copies: blocking
+        if self.backend == "nccl":
+            return _Work(self._dist.all_reduce(buf, op=self._dist.ReduceOp.AVG, async_op=True))
+        buf *= 1.0 / self.world_size  # as the blocking mean would, but before the sum
+        return _Work(self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, async_op=True))
 
     def _bcast(self, buf, root: int) -> None:
         t, back = self._tensor(buf)
