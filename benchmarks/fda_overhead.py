@@ -5,7 +5,11 @@ three strategies that never synchronize the models, so only the monitoring diffe
 
 - ``fedavg --tau 1000000000``: local steps only, no per-step communication (the baseline);
 - ``linearfda --theta inf``: + drift, two dot products and an 8-byte AllReduce per step;
-- ``sketchfda --theta inf``: + drift, an AMS sketch of it and a 5004-byte AllReduce per step.
+- ``sketchfda --theta inf``: + drift, an AMS sketch of it and a 5004-byte AllReduce per step;
+- the same two with ``--fda-lag 1``: the state's AllReduce runs during the next local step
+  (the decision comes one step late).
+
+``--strategies`` picks a subset (the baseline always runs).
 
 Per-step time = ``(wall_seconds - eval_seconds) / steps`` from each run file (training
 loop only: startup, data loading and evaluation excluded; one-off costs inside the loop,
@@ -56,13 +60,17 @@ STRATEGIES = {
     "fedavg (baseline)": ["--strategy", "fedavg", "--tau", "1000000000"],
     "linearfda": ["--strategy", "linearfda", "--theta", "inf"],
     "sketchfda": ["--strategy", "sketchfda", "--theta", "inf"],
+    "linearfda lag 1": ["--strategy", "linearfda", "--theta", "inf", "--fda-lag", "1"],
+    "sketchfda lag 1": ["--strategy", "sketchfda", "--theta", "inf", "--fda-lag", "1"],
 }
-GOALS = {"linearfda": 1.03, "sketchfda": 1.15}
+GOALS = {"linearfda": 1.03, "sketchfda": 1.15, "linearfda lag 1": 1.03, "sketchfda lag 1": 1.15}
 
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default="4", help="comma-separated rank counts, e.g. 2,4 (default 4)")
+    p.add_argument("--strategies", default=",".join(list(STRATEGIES)[1:]),
+                   help=f"comma-separated subset of: {', '.join(list(STRATEGIES)[1:])} (default all)")
     p.add_argument("--repeats", type=int, default=5, help="runs of every strategy per rank count (default 5)")
     p.add_argument("--max-steps", type=int, default=600, help="local steps per run (default 600)")
     p.add_argument("--dataset", default="fashion-mnist", help="dataset flag of fdahpc.train (default fashion-mnist)")
@@ -78,6 +86,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--workdir", default=None, help="folder for the run files (default: a temporary folder)")
     args = p.parse_args(argv)
     args.ranks = [int(x) for x in args.ranks.split(",") if x.strip()]
+    args.strategies = [x.strip() for x in args.strategies.split(",") if x.strip()]
+    unknown = [x for x in args.strategies if x not in STRATEGIES]
+    if unknown:
+        p.error(f"--strategies: unknown {', '.join(unknown)}; choose from {', '.join(list(STRATEGIES)[1:])}")
     if args.repeats < 1 or args.max_steps < 1 or not args.ranks or min(args.ranks) < 1:
         p.error("need --repeats >= 1, --max-steps >= 1 and positive --ranks")
     return args
@@ -89,8 +101,7 @@ def per_step(run: dict) -> float:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    names = list(STRATEGIES)
-    base = names[0]
+    names = [next(iter(STRATEGIES)), *args.strategies]
     common = ["--model", args.model, "--dataset", args.dataset, "--max-steps", str(args.max_steps),
               "--epochs", "100", *shlex.split(args.extra)]
     workdir = args.workdir or tempfile.mkdtemp(prefix="fda_overhead-")
@@ -101,7 +112,7 @@ def main(argv=None) -> int:
         for rep in range(args.repeats):
             order = names[rep % len(names):] + names[: rep % len(names)]
             for name in order:
-                out = os.path.join(workdir, f"k{ranks}-{name.split()[0]}-{rep}.h5")
+                out = os.path.join(workdir, f"k{ranks}-{name.replace(' ', '_')}-{rep}.h5")
                 for attempt in range(args.retries + 1):
                     waited = wait_for_quiet(args.wait_idle)
                     meter = CpuMeter()
