@@ -85,3 +85,110 @@ def test_semiasync_benchmark_methods_carry_their_own_flags():
     flags = semiasync.flags_for(args, "fedqs-avg:fedqs-feedback=code:fedqs-no-momentum", 0)
     assert flags[flags.index("--strategy") + 1] == "fedqs-avg"
     assert flags[-3:] == ["--fedqs-feedback", "code", "--fedqs-no-momentum"]
+
+
+def test_scaling_fit_recovers_alpha_beta_from_noiseless_times():
+    import scaling
+
+    alpha, beta = 3.5e-6, 2.5e-10  # 3.5 µs, 4 GB/s
+    sizes = [8, 64, 5004, 246824, 6653480, 44691240]
+    points = [(k, n, scaling.allreduce_seconds(n, k, alpha, beta)) for k in (2, 4, 8, 16, 32, 44) for n in sizes]
+    a, b, residuals = scaling.fit_alpha_beta(points)
+    assert a == pytest.approx(alpha, rel=1e-9) and b == pytest.approx(beta, rel=1e-9)
+    assert max(abs(r) for r in residuals) < 1e-9
+    # The model itself: 2⌈log2 K⌉ latency terms, 2(K-1)/K·n bytes; one rank costs nothing.
+    assert scaling.allreduce_seconds(1000, 44, 1.0, 0.0) == 12.0
+    assert scaling.allreduce_seconds(1000, 4, 0.0, 1.0) == 1500.0
+    assert scaling.allreduce_seconds(1000, 1, 1.0, 1.0) == 0.0
+    with pytest.raises(ValueError, match="at least two"):
+        scaling.fit_alpha_beta([(2, 8, 1e-5)])
+
+
+def test_scaling_projection_follows_the_stated_cost_model():
+    import scaling
+
+    alpha, beta = 2e-6, 8 / 100e9
+    d, c = 1000, {"synchronous": 0.010, "fedavg": 0.008, "linearfda": 0.009, "sketchfda": 0.011}
+    models = {"m": dict(params=d, compute=c, state_bytes={"synchronous": 0, "fedavg": 0, "linearfda": 8, "sketchfda": 5004})}
+    rows = scaling.project(models, [2, 1024], alpha, beta, samples=60000, batch=32)
+    got = {(r["ranks"], r["strategy"]): r for r in rows}
+    assert scaling.steps_per_epoch(60000, 2, 32) == 938 and scaling.steps_per_epoch(60000, 1024, 32) == 2
+    full = scaling.allreduce_seconds(4 * d, 1024, alpha, beta)
+    sync = got[1024, "synchronous"]
+    assert sync["steps_per_epoch"] == 2 and sync["comm_seconds"] == pytest.approx(full)
+    assert sync["epoch_seconds"] == pytest.approx(2 * (0.010 + full))
+    assert sync["bytes_per_step"] == pytest.approx(1024 * 2 * 4 * d)  # the FDA paper's count
+    fedavg = got[2, "fedavg"]  # one model AllReduce per epoch of 938 steps
+    assert fedavg["comm_seconds"] == pytest.approx(scaling.allreduce_seconds(4 * d, 2, alpha, beta) / 938)
+    sketch = got[2, "sketchfda"]
+    assert sketch["comm_seconds"] == pytest.approx(scaling.allreduce_seconds(5004, 2, alpha, beta)
+                                                   + scaling.allreduce_seconds(4 * d, 2, alpha, beta) / 938)
+    assert sketch["bytes_per_step"] == pytest.approx(2 * (2 * 4 * d / 938 + 5004))
+    assert sketch["comm_share"] == pytest.approx(sketch["comm_seconds"] / (0.011 + sketch["comm_seconds"]))
+    # fixed periods and a faster device
+    rows = scaling.project(models, [4], alpha, beta, 60000, 32, fedavg_tau="10", fda_steps_per_sync="5", compute_scale=10)
+    got = {r["strategy"]: r for r in rows}
+    full = scaling.allreduce_seconds(4 * d, 4, alpha, beta)
+    assert got["fedavg"]["comm_seconds"] == pytest.approx(full / 10)
+    assert got["linearfda"]["comm_seconds"] == pytest.approx(scaling.allreduce_seconds(8, 4, alpha, beta) + full / 5)
+    assert got["fedavg"]["compute_seconds"] == pytest.approx(0.0008)
+    assert scaling.message_sizes("8,5004", [246824]) == [8, 5004]
+    assert scaling.message_sizes("auto", [246824])[:2] == [8, 64] and 246824 in scaling.message_sizes("auto", [246824])
+
+
+@pytest.mark.slow
+def test_scaling_quick_run_measures_and_projects(tmp_path):
+    """``scaling.py --quick`` on 2 ranks end to end: the numbers are timings, so only the
+    report's structure and the byte counts (exact) are checked."""
+    import csv
+
+    from conftest import run_python
+
+    out = tmp_path / "s"
+    proc = run_python(["benchmarks/scaling.py", "--quick", "--ranks", "2", "--wait-idle", "0", "--out", str(out),
+                       "--workdir", str(tmp_path / "w")], timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = (tmp_path / "s.txt").read_text()
+    for heading in ("MEASURED here: AllReduce", "MEASURED here: fdahpc.train's loop", "PROJECTED (not measured)"):
+        assert heading in text
+    assert (tmp_path / "s.png").stat().st_size > 10_000
+    rows = list(csv.DictReader(open(tmp_path / "s.csv")))
+    parts = {r["part"] for r in rows}
+    assert parts == {"allreduce", "measured", "projected"}
+    measured = {r["strategy"]: r for r in rows if r["part"] == "measured"}
+    params = 61706  # LeNet-5 on 1x28x28, 10 classes (fdahpc/models.py)
+    assert float(measured["synchronous"]["bytes_per_step"]) == 2 * 2 * 4 * params
+    assert float(measured["fedavg"]["bytes_per_step"]) == 0
+    assert float(measured["linearfda"]["bytes_per_step"]) == 2 * 8
+    assert float(measured["sketchfda"]["bytes_per_step"]) == 2 * 5004
+    projected = [r for r in rows if r["part"] == "projected"]
+    assert {int(r["ranks"]) for r in projected} == {2 ** i for i in range(1, 11)}
+    assert all(float(r["epoch_seconds"]) > 0 for r in projected)
+
+
+def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(capsys):
+    import frontier
+
+    run = {"eval/step": [100, 200, 300], "eval/accuracy": [0.85, 0.881, 0.905], "eval/comm_bytes": [1e6, 2e6, 4e6]}
+    assert frontier.crossing(run, 0.88) == (200, 0.002) and frontier.crossing(run, 0.90) == (300, 0.004)
+    assert frontier.crossing(run, 0.95) is None
+
+    def pt(family, knob, steps, gb, reached=True):
+        return dict(setting="s", target=0.9, family=family, knob=knob, auto=knob == "auto", reached=reached,
+                    steps=steps, gb=gb, syncs=1, final_accuracy=0.9, seeds=1, reached_seeds=int(reached))
+
+    pts = [pt("synchronous", "", 1000, 10.0), pt("fedavg", "1 ep", 1200, 0.02), pt("fedavg", "2 ep", 1500, 0.01),
+           pt("linearfda", "Θ=4", 1100, 0.008), pt("linearfda", "Θ=16", 1400, 0.006), pt("linearfda", "Θ=64", 1600, 0.0055),
+           pt("linearfda", "Θ=2", 900, 0.05), pt("linearfda", "auto", 1300, 0.009), pt("sketchfda", "Θ=8", 1000, 0.3, False)]
+    assert [p["knob"] for p in frontier.pareto([p for p in pts if p["family"] == "linearfda"])] == ["Θ=2", "Θ=4", "Θ=16", "Θ=64"]  # auto: Θ=4 beats it in both
+    assert frontier.cheapest_within(pts[3:8], 1450)["knob"] == "Θ=16"
+    verdicts = frontier.report(pts)
+    text = capsys.readouterr().out
+    # 1 ep (0.02 GB): Θ=4 in fewer steps at 0.008 -> 2.5x; 2 ep (0.01): Θ=16 at 0.006 -> 1.67x, not dominated
+    assert "FDA dominates 1 of 2 FedAvg points" in "\n".join(verdicts)
+    assert "2.50x" in text and "1.67x" in text
+    # Synchronous (1000 steps): the cheapest tuned FDA run in <= 1000 steps is Θ=2 (0.05 GB): 200x
+    assert any("200x fewer bytes than Synchronous" in v for v in verdicts)
+    # auto 0.009 GB at 1300 steps; cheapest tuned Θ=64 (0.0055) -> 1.64x; in <= 1300 steps: Θ=4 (0.008) -> 1.12x
+    line = next(v for v in verdicts if "linearfda auto" in v)
+    assert "1.64x its GB" in line and "Θ=4 0.0080 GB (1.12x)" in line
