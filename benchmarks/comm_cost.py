@@ -59,6 +59,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import json
 import os
 import shlex
 import sys
@@ -380,14 +382,21 @@ def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
     """``old`` when ``path`` is a finished run of exactly this job's configuration."""
     if old is None or not os.path.exists(path) or not old.get("job_seconds") or not old.get("others_cpu"):
         return None
-    from fdahpc.config import parse_args
+    from fdahpc.config import TrainConfig, parse_args
 
     try:
         run = read_run(path)
     except (RuntimeError, OSError):
         return None
-    expected = parse_args([*job.flags, "--log-every", "1000000", "--out", path]).to_json()
-    return old if run.get("config") == expected else None
+    expected = json.loads(parse_args([*job.flags, "--log-every", "1000000", "--out", path]).to_json())
+    try:
+        saved = json.loads(run.get("config", ""))
+    except ValueError:
+        return None
+    # A flag added to fdahpc after the run was made: the run used its default.
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    same = all(saved.get(k, defaults.get(k)) == v for k, v in expected.items()) and saved.keys() <= expected.keys()
+    return old if same else None
 
 
 def run_jobs(jobs: list[Job], args, csv_path: str) -> tuple[list[dict], list[str], int]:

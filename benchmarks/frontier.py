@@ -52,11 +52,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: step 200 and 30 at step 450 (the exact variance 4 and 8, which SketchFDA tracks), the
 #: CNN's H 160 at step 180 (variance 68). The largest Θ syncs less often than 2-epoch rounds.
 MODELS = {
-    "lenet5": dict(targets="0.88,0.90", max_epochs=15, thetas="linear=2,4,8,16,32,64;sketch=2,8,32", eval_every=100),
+    "lenet5": dict(targets="0.88,0.90", max_epochs=15, thetas="linear=2,4,8,16,32,64;sketch=8", eval_every=100),
     "cnn": dict(targets="0.88,0.90", max_epochs=6, thetas="linear=64,256,1024;sketch=32,256", eval_every=100),
 }
 FEDAVG_EPOCHS = (0.25, 0.5, 1.0, 2.0)
-DEFAULT_SETTINGS = "lenet5/iid@4,lenet5/sorted:60@4,cnn/iid@4,lenet5/iid@8,lenet5/sorted:60@8"
+DEFAULT_SETTINGS = "lenet5/iid@4,lenet5/sorted:60@4,lenet5/iid@8=0.88,lenet5/sorted:60@8=0.88"
 FAMILIES = ("synchronous", "fedavg", "linearfda", "sketchfda")  # plot order
 
 
@@ -65,6 +65,7 @@ class Setting:
     model: str
     partition: str
     workers: int
+    targets: str | None = None  # this setting's own targets (MODEL/PARTITION@K=0.88,0.9)
 
     @property
     def name(self) -> str:
@@ -76,18 +77,20 @@ class Setting:
 
 
 def parse_setting(text: str) -> Setting:
+    text, _, targets = text.strip().partition("=")
     model, _, rest = text.strip().partition("/")
     partition, _, k = rest.rpartition("@")
     if not model or not partition or not k.isdigit():
         raise ValueError(f"--settings entry {text!r}: use MODEL/PARTITION@K, e.g. lenet5/sorted:60@4")
     if model not in MODELS:
         raise ValueError(f"--settings entry {text!r}: no defaults for model {model!r}; known: {', '.join(MODELS)}")
-    return Setting(model, partition, int(k))
+    return Setting(model, partition, int(k), targets.replace(";", ",") or None)
 
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"comma-separated MODEL/PARTITION@K (default {DEFAULT_SETTINGS})")
+    p.add_argument("--settings", default=DEFAULT_SETTINGS,
+                   help=f"comma-separated MODEL/PARTITION@K[=T1;T2] (own targets, ';'-separated; default {DEFAULT_SETTINGS})")
     p.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     p.add_argument("--targets", help="comma-separated target accuracies for every setting (default: the model's, e.g. lenet5 0.88,0.90)")
     p.add_argument("--thetas", help="Θ grid for every setting, comm_cost syntax (default: the model's)")
@@ -95,6 +98,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--fedavg-epochs", default=",".join(f"{e:g}" for e in FEDAVG_EPOCHS),
                    help="FedAvg round lengths in epochs (default 0.25,0.5,1,2)")
     p.add_argument("--no-auto", action="store_true", help="leave out the --theta auto runs")
+    p.add_argument("--auto-epochs", default="1",
+                   help="--theta-auto-epochs values for LinearFDA's auto runs (SketchFDA: the first only; default 1)")
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--resume", action="store_true", help="reuse finished runs (an unchanged sweep only rebuilds the report)")
     p.add_argument("--dry-run", action="store_true", help="check the flags and print the commands")
@@ -105,13 +110,15 @@ def parse(argv=None) -> argparse.Namespace:
     try:
         args.settings = [parse_setting(s) for s in args.settings.split(",") if s.strip()]
         args.fedavg_epochs = [float(x) for x in args.fedavg_epochs.split(",") if x.strip()]
+        args.auto_epochs = [float(x) for x in args.auto_epochs.split(",") if x.strip()]
     except ValueError as exc:
         p.error(str(exc))
     return args
 
 
 def targets_of(args, setting: Setting) -> list[float]:
-    return sorted(float(x) for x in (args.targets or MODELS[setting.model]["targets"]).split(",") if x.strip())
+    text = setting.targets or args.targets or MODELS[setting.model]["targets"]
+    return sorted(float(x) for x in text.split(",") if x.strip())
 
 
 def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
@@ -119,7 +126,9 @@ def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
     own = MODELS[setting.model]
     entries = ["synchronous", *(f"fedavg:local-epochs={e:g}" for e in args.fedavg_epochs), "linearfda", "sketchfda"]
     if not args.no_auto:
-        entries += ["linearfda:theta=auto", "sketchfda:theta=auto"]
+        for i, w in enumerate(args.auto_epochs):
+            flag = "" if w == 1 else f":theta-auto-epochs={w:g}"  # 1 is the default: the plain entry
+            entries += [f"linearfda:theta=auto{flag}"] + ([f"sketchfda:theta=auto{flag}"] if i == 0 else [])
     folder = os.path.join(args.workdir, setting.folder)
     argv = ["--strategies", ",".join(entries), "--thetas", args.thetas or own["thetas"],
             "--workers", str(setting.workers), "--partitions", setting.partition, "--skip", "",
@@ -150,7 +159,10 @@ def knob_of(row: dict) -> str:
     if row["family"] == "fedavg":
         return row["entry"].partition("local-epochs=")[2] + " ep"
     if row["family"] in ("linearfda", "sketchfda"):
-        return "auto" if "theta=auto" in row["entry"] else f"Θ={float(row['theta']):g}"
+        if "theta=auto" not in row["entry"]:
+            return f"Θ={float(row['theta']):g}"
+        epochs = row["entry"].partition("theta-auto-epochs=")[2]
+        return f"auto ({epochs or '1'} ep)"
     return ""
 
 
@@ -167,7 +179,7 @@ def points(setting: Setting, comm_rows: list[dict], targets: list[float]) -> lis
             reached = len(hits) * 2 > len(runs)
             out.append(dict(
                 setting=setting.name, model=setting.model, partition=setting.partition, workers=setting.workers,
-                target=target, family=family, knob=knob, auto=knob == "auto", seeds=len(runs), reached_seeds=len(hits),
+                target=target, family=family, knob=knob, auto=knob.startswith("auto"), seeds=len(runs), reached_seeds=len(hits),
                 reached=reached,
                 steps=median(s for s, _ in hits) if reached else median(float(run["steps"]) for _, run in runs),
                 gb=median(g for _, g in hits) if reached else median(float(run["comm_bytes"]) / 1e9 for _, run in runs),
@@ -244,17 +256,17 @@ def report(pts: list[dict]) -> list[str]:
                       f"{label(q)} {q['steps']:.0f} steps, {q['gb']:.4f} GB: {gt}{sync['gb'] / q['gb']:.0f}x fewer bytes")
                 verdicts.append(f"{setting} @ {target:g}: FDA {gt}{sync['gb'] / q['gb']:.0f}x fewer bytes than Synchronous "
                                 f"in {q['steps'] / sync['steps']:.2f} of its steps{'' if sync['reached'] else ' (Synchronous did not reach the target: a bound)'}")
-        for trig in ("linearfda", "sketchfda"):
-            auto = next((p for p in g if p["family"] == trig and p["auto"]), None)
+        for auto in [p for p in g if p["auto"]]:
+            trig = auto["family"]
             tuned = [p for p in fda if p["family"] == trig]
-            if auto is None or not tuned:
+            if not tuned:
                 continue
             best = min(tuned, key=lambda p: p["gb"])
             near = cheapest_within(tuned, auto["steps"]) if auto["reached"] else None
             if not auto["reached"]:
-                line = f"{trig} auto did not reach the target ({auto['steps']:.0f} steps, {auto['gb']:.4f} GB)"
+                line = f"{label(auto)} did not reach the target ({auto['steps']:.0f} steps, {auto['gb']:.4f} GB)"
             else:
-                line = (f"{trig} auto {auto['steps']:.0f} steps {auto['gb']:.4f} GB; cheapest tuned {label(best)} "
+                line = (f"{label(auto)} {auto['steps']:.0f} steps {auto['gb']:.4f} GB; cheapest tuned {label(best)} "
                         f"{best['steps']:.0f} steps {best['gb']:.4f} GB ({auto['gb'] / best['gb']:.2f}x its GB, "
                         f"{auto['steps'] / best['steps']:.2f}x its steps); cheapest tuned in <= auto's steps: "
                         + (f"{label(near)} {near['gb']:.4f} GB ({auto['gb'] / near['gb']:.2f}x)" if near else "none"))

@@ -174,12 +174,12 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     assert frontier.crossing(run, 0.95) is None
 
     def pt(family, knob, steps, gb, reached=True):
-        return dict(setting="s", target=0.9, family=family, knob=knob, auto=knob == "auto", reached=reached,
+        return dict(setting="s", target=0.9, family=family, knob=knob, auto=knob.startswith("auto"), reached=reached,
                     steps=steps, gb=gb, syncs=1, final_accuracy=0.9, seeds=1, reached_seeds=int(reached))
 
     pts = [pt("synchronous", "", 1000, 10.0), pt("fedavg", "1 ep", 1200, 0.02), pt("fedavg", "2 ep", 1500, 0.01),
            pt("linearfda", "Θ=4", 1100, 0.008), pt("linearfda", "Θ=16", 1400, 0.006), pt("linearfda", "Θ=64", 1600, 0.0055),
-           pt("linearfda", "Θ=2", 900, 0.05), pt("linearfda", "auto", 1300, 0.009), pt("sketchfda", "Θ=8", 1000, 0.3, False)]
+           pt("linearfda", "Θ=2", 900, 0.05), pt("linearfda", "auto (1 ep)", 1300, 0.009), pt("sketchfda", "Θ=8", 1000, 0.3, False)]
     assert [p["knob"] for p in frontier.pareto([p for p in pts if p["family"] == "linearfda"])] == ["Θ=2", "Θ=4", "Θ=16", "Θ=64"]  # auto: Θ=4 beats it in both
     assert frontier.cheapest_within(pts[3:8], 1450)["knob"] == "Θ=16"
     verdicts = frontier.report(pts)
@@ -190,5 +190,5 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     # Synchronous (1000 steps): the cheapest tuned FDA run in <= 1000 steps is Θ=2 (0.05 GB): 200x
     assert any("200x fewer bytes than Synchronous" in v for v in verdicts)
     # auto 0.009 GB at 1300 steps; cheapest tuned Θ=64 (0.0055) -> 1.64x; in <= 1300 steps: Θ=4 (0.008) -> 1.12x
-    line = next(v for v in verdicts if "linearfda auto" in v)
+    line = next(v for v in verdicts if "linearfda auto (1 ep)" in v)
     assert "1.64x its GB" in line and "Θ=4 0.0080 GB (1.12x)" in line
