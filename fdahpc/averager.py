@@ -58,6 +58,11 @@ class ModelAverager:
         skipped one, see :attr:`participating`). True when the models were combined."""
         return self.strategy.after_step()
 
+    def finish(self) -> None:
+        """Collective; call once after the last :meth:`step`: completes what is still in
+        flight (with ``fda_lag=1``, the last state's AllReduce)."""
+        self.strategy.finish()
+
     @property
     def participating(self) -> bool:
         """False on a rank that client sampling leaves out of this round: skip training
