@@ -9,9 +9,11 @@ semi-asynchronous rules fedavg, fedqs-avg, fedsgd, fedqs-sgd, fedbuff, and synch
 FedAvg (``sync-fedavg``: the same mode with ``--buffer N``, so every round waits for the
 slowest client).
 
-A method may carry flags of its own, ``NAME:flag=value:...``: ``fedqs-avg:fedqs-feedback=code``
-is FedQS-Avg with the authors'-code feedback weight, ``fedqs-avg:fedqs-no-feedback`` the
-ablation without it.
+A method may carry flags of its own, ``NAME:flag=value:...``: ``fedqs-avg:fedqs-variant=authors``
+is FedQS-Avg as the authors' code runs it, ``fedqs-avg:fedqs-feedback=misread`` with the
+weight this code used before, ``fedqs-avg:fedqs-no-feedback`` the ablation without
+feedback, ``fedavg:weighting=samples`` the sample-weighted FedAvg; ``mstep`` and ``wkafl``
+are rules of their own.
 
 Per method it prints, as means over seeds: convergence accuracy (mean of the last 20
 evaluated rounds), rounds to 95 % of it, oscillations (rounds more than 15 points below

@@ -50,6 +50,8 @@ class TrainConfig:
     target_accuracy: float | None = _f(None, "stop as soon as the averaged model reaches this test accuracy")
     eval_every: int | None = _f(None, "also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)")
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
+    clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
+                                      "FedQS authors use 20); off when omitted")
     # FDA and schedules.
     theta: float | str = _f(1.0, "FDA variance threshold Θ (model sync when the estimate exceeds it), or auto: Θ = the "
                             "exact variance of a first round --theta-auto-epochs long", parse="theta")
@@ -68,7 +70,8 @@ class TrainConfig:
     server_betas: tuple[float, float] = _f((0.9, 0.999), "FedAdam server β1,β2 (on the command line 0.9,0.999)")
     server_tau: float = _f(1e-7, "FedAdam adaptivity floor τ")
     server_bias_correction: bool = _f(False, "FedAdam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
-    weighting: str = _f("uniform", "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg)")
+    weighting: str = _f("uniform", "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg); "
+                        "semiasync: fedavg and fedsgd only")
     clients_per_round: int | None = _f(None, "sample this many of the K workers per round (all when omitted)")
     fedadp_alpha: float = _f(5.0, "FedAdp Gompertz α")
     fedadp_angles: str = _f("exact", "FedAdp angles: exact (2 full AllReduces a round) or sketch (1)")
@@ -83,11 +86,16 @@ class TrainConfig:
     fedqs_k: float = _f(0.2, "FedQS momentum change speed k")
     fedqs_lr_min: float = _f(0.001, "FedQS lower bound of a client's learning rate")
     fedqs_lr_max: float = _f(0.2, "FedQS upper bound of a client's learning rate")
-    fedqs_similarity: str = _f("cosine", "FedQS Mod1 similarity: cosine, euclidean or manhattan")
-    fedqs_feedback: str = _f("paper", "FedQS Mod3 feedback weight: paper (exp(φ-F)/(2φ-F)·(1+G)/2K) or code (the authors' (e/2)^(φ-F)·(1+min(G,2)²))")
+    fedqs_variant: str = _f("paper", "FedQS end to end: paper (cosine with w^t-w^(t-1), flagged weight replaced by "
+                            "(e/2)^(φ-F)(1+G)²/K) or authors (their code: per-layer angle, n_i/n·(e/2)^(φ-F)(1+min(G,2)²), "
+                            "no momentum, flags reset each aggregation)")
+    fedqs_similarity: str = _f("cosine", "FedQS Mod1 similarity of the paper variant: cosine, euclidean or manhattan")
+    fedqs_feedback: str | None = _f(None, "FedQS Mod3 feedback weight, by default the variant's own: paper, authors "
+                                    "(code is its old name) or misread (ablation: the old exp(φ-F)/(2φ-F)·(1+G)/2K)")
+    fedqs_authors_momentum: bool = _f(False, "FedQS authors variant: their other files' momentum m0 + min(2(1/G-1), 0.4) "
+                                      "instead of none")
     fedqs_no_momentum: bool = _f(False, "FedQS ablation: no momentum for any client type")
     fedqs_no_feedback: bool = _f(False, "FedQS ablation: no feedback weights (base weights n_i/n only)")
-    fedqs_val_fraction: float = _f(0.1, "FedQS: share of each client's data held out for the SSBC label test")
     # Output and runtime.
     out: str | None = _f(None, "HDF5 run file (default runs/<strategy>-<timestamp>.h5)")
     checkpoint_dir: str | None = _f(None, "folder for checkpoints (the newest two complete ones are kept); also written on SIGTERM/SIGUSR1 and at the end")
@@ -136,7 +144,7 @@ def _pair(raw) -> tuple[float, ...]:
 FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy",
-                 "eval_every", "seed"),
+                 "eval_every", "seed", "clip_grad_norm"),
     "fda": ("theta", "theta_auto_epochs", "fda_lag", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs"),
@@ -202,6 +210,12 @@ def _validate(c: TrainConfig) -> None:
         _require(c.checkpoint_dir is not None, "--resume auto: needs --checkpoint-dir DIR to look in; add it")
     _require(c.stop_check_every >= 1, f"--stop-check-every {c.stop_check_every}: must be >= 1, e.g. 10")
     _require(c.threads >= 1, f"--threads {c.threads}: must be >= 1")
+    from .worker import check_clip
+
+    check_clip(c.clip_grad_norm)
+    # The sync loop (sync_loop.py) does not pass the clip to worker.local_steps yet.
+    _require(c.clip_grad_norm is None or c.mode == "semiasync",
+             "--clip-grad-norm: applied by the semi-asynchronous clients only so far; use --mode semiasync or drop it")
     _require(c.log_every >= 1, f"--log-every {c.log_every}: must be >= 1")
     from .comm import BACKENDS, DEVICES, TORCH_BACKENDS
 
@@ -219,7 +233,7 @@ def _validate_mode(c: TrainConfig, one_of) -> None:
     from .semiasync.clock import parse_scenarios
     from .semiasync.fedqs import SIMILARITIES
     from .semiasync import fedqs_params
-    from .semiasync.rules import FEEDBACK_VARIANTS, SEMIASYNC_RULES
+    from .semiasync.rules import FEEDBACK_ALIASES, FEEDBACK_WEIGHTS, SEMIASYNC_RULES
     from .strategies import STRATEGIES
 
     if c.mode == "sync":
@@ -241,7 +255,8 @@ def _validate_mode(c: TrainConfig, one_of) -> None:
     if c.strategy in STRATEGIES and c.strategy not in SEMIASYNC_RULES:
         raise ValueError(f"--strategy {c.strategy}: a synchronous strategy; use --mode sync or choose one of {', '.join(SEMIASYNC_RULES)}")
     one_of("--strategy", c.strategy, SEMIASYNC_RULES)
-    _require(c.weighting == "uniform", "--weighting: the semi-asynchronous rules weigh updates themselves; drop it")
+    _require(c.weighting == "uniform" or c.strategy in ("fedavg", "fedsgd"),
+             f"--weighting {c.weighting}: in semiasync mode only fedavg and fedsgd take it ({c.strategy} weighs updates itself); drop it")
     for name in ("sync", "clients_per_round", "max_steps"):
         flag = "--" + name.replace("_", "-")
         _require(getattr(c, name) is None, f"{flag}: not used with --mode semiasync; drop it (--rounds sets the length)")
@@ -254,8 +269,8 @@ def _validate_mode(c: TrainConfig, one_of) -> None:
         _require(c.optimizer in (None, "sgd"), f"--optimizer {c.optimizer}: FedQS clients train with their own SGD heavy-ball step; drop --optimizer")
     fedqs_params(c)  # FedQS's ranges are checked where they live
     one_of("--fedqs-similarity", c.fedqs_similarity, SIMILARITIES)
-    one_of("--fedqs-feedback", c.fedqs_feedback, FEEDBACK_VARIANTS)
-    _require(0 <= c.fedqs_val_fraction < 1, f"--fedqs-val-fraction {c.fedqs_val_fraction}: must be in [0, 1), e.g. 0.1")
+    if c.fedqs_feedback is not None:
+        one_of("--fedqs-feedback", c.fedqs_feedback, FEEDBACK_WEIGHTS + tuple(FEEDBACK_ALIASES))
 
 
 # Command line -----------------------------------------------------------------------
@@ -356,18 +371,36 @@ def load_toml(path: str) -> dict[str, Any]:
         if key in FAMILIES and isinstance(value, dict):  # [fda] theta = 2
             for inner, v in value.items():
                 name = inner.replace("-", "_")
+                _removed(name)
                 _require(name in FAMILIES[key], f"--config {path}: [{key}] has no key {inner!r}; "
                          f"it holds {', '.join(n.replace('_', '-') for n in FAMILIES[key])}")
                 out[name] = v
             continue
         name = key.replace("-", "_")
+        _removed(name)
         _require(name in names, f"--config {path}: unknown key {key!r}; keys are the flag names, e.g. batch-size")
         out[name] = value
     return out
 
 
+#: Flags that existed once: a run file or TOML file that still names one gets this line.
+REMOVED = {"fedqs_val_fraction": "removed: the FedQS label test now uses up to 20 of each client's own training "
+                                 "samples per label and holds nothing out; drop it"}
+
+
+def _removed(name: str) -> None:
+    name = name.lstrip("-").split("=")[0].replace("-", "_")
+    if name in REMOVED:
+        raise ValueError(f"--{name.replace('_', '-')}: {REMOVED[name]}")
+
+
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     """Command line (and optional TOML file) → validated :class:`TrainConfig`."""
+    import sys
+
+    for arg in sys.argv[1:] if argv is None else argv:
+        if arg.startswith("--"):
+            _removed(arg)
     ns = vars(build_parser().parse_args(argv))
     merged = load_toml(ns.pop("config")) if "config" in ns else {}
     merged.update(ns)

@@ -8,13 +8,14 @@ host of the semi-asynchronous mode calls it with a whole local job (``--tau`` st
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "local_steps"]
+__all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "local_steps", "check_clip"]
 
 OPTIMIZERS = ("adam", "sgd", "nesterov", "adamw")
 
@@ -83,20 +84,32 @@ def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.o
 _loss_fn = nn.CrossEntropyLoss()
 
 
+def check_clip(clip_grad_norm: float | None) -> None:
+    """``--clip-grad-norm``: None (off) or a positive finite norm."""
+    v = clip_grad_norm
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
+        raise ValueError(f"--clip-grad-norm {v!r}: must be a positive finite gradient norm, e.g. 20 (omit it for no clip)")
+
+
 def local_steps(model: nn.Module, batches: BatchStream, k: int,
-                step: Callable[[], None], zero_grad: Callable[[], None]) -> float:
+                step: Callable[[], None], zero_grad: Callable[[], None], clip_grad_norm: float | None = None) -> float:
     """Take ``k`` minibatch steps on ``model``; returns the sum of the k training losses.
 
     ``step``/``zero_grad`` are an optimizer's methods, or any update rule written against
     the parameters' ``.grad`` (FedQS's heavy-ball step), so every mode trains through this
-    one loop.
+    one loop. ``clip_grad_norm`` (``--clip-grad-norm``): before each step the gradients of
+    all parameters are scaled to a total L2 norm of at most this
+    (:func:`torch.nn.utils.clip_grad_norm_`); None, the default, touches nothing.
     """
+    check_clip(clip_grad_norm)
     total = 0.0
     for _ in range(k):
         xb, yb = batches.next()
         zero_grad()
         loss = _loss_fn(model(xb), yb)
         loss.backward()
+        if clip_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
         step()
         total += loss.item()
     return total

@@ -108,41 +108,96 @@ def naive_fedadp_weights(updates, n, smoothed_prev, counts_prev, alpha=5.0):
 # (arXiv 2106.06639) for fdahpc.semiasync.rules and fdahpc.semiasync.fedqs.
 
 
-def naive_fedqs_weights(n, feedback, G, counts_share, K, N, variant="paper", use_feedback=True):
-    """Mod③ weights, client by client: p_i = n_i / sum n_j; a flagged client gets
-    exp(phi - F_i) / (2 phi - F_i) * (1 + G_i) / (2K) (paper) or
-    (e/2)^(phi - F_i) * (1 + min(G_i, 2)^2) / (2K) (authors' code), phi = K/N, F_i =
-    counts_share[i]; then normalize. Our guards, written out: 2 phi - F_i is floored at
-    phi/10 and G_i clamped to [0, 9]."""
+def naive_fedqs_weights(n, feedback, G, staleness, clients, counts, K, N, round_now, weight="paper",
+                        use_feedback=True, reset_flags=False):
+    """Mod③ weights, client by client. Base p_i = n_i / sum n_j. A flagged client (with
+    reset_flags only when its staleness is 0), with phi = K/N and
+    F_i = (counts[c] + 1) / round_now (misread: counts[c] / max(1, sum counts)), gets
+      paper:   (e/2)^(phi - F_i) * (1 + min(max(G,0),2))^2 / K          (replacing p_i)
+      authors: p_i * (e/2)^(phi - F_i) * (1 + min(max(G,0),2)^2)        (multiplying p_i)
+      misread: exp(phi - F_i) / max(2 phi - F_i, phi/10) * (1 + min(max(G,0),9)) / (2K)
+    then normalize."""
     total_n = 0.0
     for ni in n:
         total_n += float(ni)
+    total_c = 0.0
+    for c in counts:
+        total_c += float(c)
     phi = K / N
     p = []
     for i in range(len(n)):
-        if use_feedback and feedback[i]:
-            g = float(G[i])
-            if g < 0.0:
-                g = 0.0
+        base = float(n[i]) / total_n
+        flagged = use_feedback and feedback[i] and (not reset_flags or staleness[i] == 0)
+        if not flagged:
+            p.append(base)
+            continue
+        g = float(G[i])
+        if g < 0.0:
+            g = 0.0
+        if weight == "misread":
             if g > 9.0:
                 g = 9.0
-            F = float(counts_share[i])
-            if variant == "paper":
-                den = 2.0 * phi - F
-                if den < phi / 10.0:
-                    den = phi / 10.0
-                p.append(_math.exp(phi - F) / den * (1.0 + g) / (2.0 * K))
-            else:
-                g2 = g if g < 2.0 else 2.0
-                p.append((_math.e / 2.0) ** (phi - F) * (1.0 + g2 * g2) / (2.0 * K))
+            F = float(counts[clients[i]]) / (total_c if total_c > 1.0 else 1.0)
+            den = 2.0 * phi - F
+            if den < phi / 10.0:
+                den = phi / 10.0
+            p.append(_math.exp(phi - F) / den * (1.0 + g) / (2.0 * K))
+            continue
+        if g > 2.0:
+            g = 2.0
+        F = (float(counts[clients[i]]) + 1.0) / round_now
+        if weight == "paper":
+            p.append((_math.e / 2.0) ** (phi - F) * (1.0 + g) * (1.0 + g) / K)
         else:
-            p.append(float(n[i]) / total_n)
+            p.append(base * (_math.e / 2.0) ** (phi - F) * (1.0 + g * g))
     s = sum(p)
     return [x / s for x in p]
 
 
+def naive_authors_weights(n, flag, G, F, phi):
+    """The authors' Mod③ as ALGORITHMS.md §3 states it, written out once more: weights
+    n_i / sum n; a flagged client's times (e/2)^(phi - F_i) times (1 + min(G_i, 2)^2); all
+    normalized."""
+    w = [float(x) for x in n]
+    tot = sum(w)
+    w = [x / tot for x in w]
+    for i in range(len(w)):
+        if flag[i]:
+            g = min(float(G[i]), 2.0)
+            w[i] = w[i] * pow(_math.e / 2.0, phi - float(F[i])) * (1.0 + g * g)
+    tot = sum(w)
+    return [x / tot for x in w]
+
+
+def naive_layer_angle(delta, ref, layers):
+    """The authors' per-layer angle in degrees, in plain floats: per (start, end) layer,
+    skip it if either vector has a zero (or is constant); min-max to [0, 1]; divide by the
+    sum; the angle between the two; the mean over the layers kept (0 when none)."""
+    angles = []
+    for lo, hi in layers:
+        x = [float(v) for v in delta[lo:hi]]
+        y = [float(v) for v in ref[lo:hi]]
+        if any(v == 0.0 for v in x) or any(v == 0.0 for v in y):
+            continue
+        if max(x) == min(x) or max(y) == min(y):
+            continue
+        x = [(v - min(x)) / (max(x) - min(x)) for v in x]
+        y = [(v - min(y)) / (max(y) - min(y)) for v in y]
+        sx, sy = sum(x), sum(y)
+        x = [v / sx for v in x]
+        y = [v / sy for v in y]
+        dot = sum(a * b for a, b in zip(x, y))
+        nx = _math.sqrt(sum(a * a for a in x))
+        ny = _math.sqrt(sum(b * b for b in y))
+        c = dot / nx / ny
+        c = 1.0 if c > 1.0 else (-1.0 if c < -1.0 else c)
+        angles.append(_math.degrees(_math.acos(c)))
+    return sum(angles) / len(angles) if angles else 0.0
+
+
 def naive_fedqs_decision(lr_prev, f_i, f_bar, s_i, s_bar, label_acc, a=0.002, m0=0.1, k=0.2,
-                         lr_min=0.001, lr_max=0.2, cap=9.0, label_gap=0.30, momentum=True):
+                         lr_min=0.001, lr_max=0.2, cap=9.0, label_gap=0.30, momentum=True, variant="paper",
+                         cosine=True, g_max=2.0, authors_momentum=False):
     """Mod②, the table of the paper as if-statements. Returns
     (type name, lr, momentum rate, feedback, F, G)."""
     if f_i <= 0:
@@ -151,19 +206,30 @@ def naive_fedqs_decision(lr_prev, f_i, f_bar, s_i, s_bar, label_acc, a=0.002, m0
         F = f_bar / f_i
         if F > cap:
             F = cap
-    if s_i <= 0:
-        G = cap
+    if variant == "authors":
+        if s_bar <= 0:
+            G = 1.0
+        else:
+            G = s_i / s_bar
+            if G > cap:
+                G = cap
+        strong = s_i > s_bar
     else:
-        G = s_bar / s_i
-        if G < 0:
-            G = 0.0
-        if G > cap:
-            G = cap
-    if f_i > f_bar and s_i < s_bar:
+        num, den = (1.0 + s_bar, 1.0 + s_i) if cosine else (s_bar, s_i)
+        if den <= 0:
+            G = 1.0 if num <= 0 else g_max
+        else:
+            G = num / den
+            if G < 0:
+                G = 0.0
+            if G > g_max:
+                G = g_max
+        strong = s_i < s_bar
+    if f_i > f_bar and strong:
         kind, lr, feedback = "FSBC", lr_prev, True
     elif f_i > f_bar:
         kind, lr, feedback = "FWBC", lr_prev - a * F, False
-    elif s_i >= s_bar:
+    elif not strong:
         kind, lr, feedback = "SWBC", lr_prev + a * F, False
     else:
         kind, lr = "SSBC", lr_prev + a * F
@@ -174,10 +240,14 @@ def naive_fedqs_decision(lr_prev, f_i, f_bar, s_i, s_bar, label_acc, a=0.002, m0
         lr = lr_min
     if lr > lr_max:
         lr = lr_max
-    if feedback or not momentum:
+    if feedback or not momentum or (variant == "authors" and not authors_momentum):
         m = 0.0
     elif G == 0:
         m = m0 + 0.4
+    elif variant == "authors":
+        m = m0 + min(2.0 * (1.0 / G - 1.0), 0.4)
+        if m < 0:
+            m = 0.0
     else:
         m = m0 + k * (1.0 / G - 1.0)
         if m < 0:
@@ -214,6 +284,34 @@ def naive_fedbuff(w, deltas, staleness, K, eta):
             acc += float(delta[j]) / _math.sqrt(1.0 + tau)
         out.append(float(w[j]) + eta * acc / K)
     return out
+
+
+def naive_mstep(w, models, staleness, K, alpha, a=0.5):
+    """M-step FedAsync: beta_i = alpha (1 + tau_i)^(-a) / K;
+    w_j <- (1 - sum beta) w_j + sum beta_i model_i[j]. Returns a float list."""
+    beta = [alpha * (1.0 + t) ** (-a) / K for t in staleness]
+    keep = 1.0 - sum(beta)
+    return [keep * float(w[j]) + sum(b * float(m[j]) for b, m in zip(beta, models)) for j in range(len(w))]
+
+
+def naive_wkafl(w, deltas, staleness, eta):
+    """WKAFL: a_i = (e/2)^(-tau_i) / sum; g = sum a_i delta_i; drop delta_i with
+    cos(delta_i, g) < 0 (keep all if all would go); w + eta * sum_kept a_i delta_i / sum_kept a_i."""
+    raw = [(_math.e / 2.0) ** (-t) for t in staleness]
+    a = [x / sum(raw) for x in raw]
+    d = len(w)
+    g = [sum(a[i] * float(deltas[i][j]) for i in range(len(a))) for j in range(d)]
+    ng = _math.sqrt(sum(x * x for x in g))
+    keep = []
+    for delta in deltas:
+        nd = _math.sqrt(sum(float(x) * float(x) for x in delta))
+        dot = sum(float(x) * y for x, y in zip(delta, g))
+        keep.append(ng == 0 or nd == 0 or dot / (nd * ng) >= 0.0)
+    if not any(keep):
+        keep = [True] * len(keep)
+    tot = sum(ai for ai, k in zip(a, keep) if k)
+    return [float(w[j]) + eta * sum(a[i] * float(deltas[i][j]) for i in range(len(a)) if keep[i]) / tot
+            for j in range(d)]
 
 
 def naive_sketched_cosines(n, sketches):

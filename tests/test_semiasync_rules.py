@@ -9,10 +9,12 @@ import torch
 from torch.testing import assert_close
 
 from fdahpc.semiasync.fedqs import (_FLAGS, CLIENT_TYPES, FSBC, FWBC, SSBC, SWBC, FedQSParams, classify, decide,
-                                    heavy_ball_step_, similarity, speeds)
+                                    heavy_ball_step_, label_accuracies, label_probe, layer_angle, layer_bounds,
+                                    similarity, speeds)
 from fdahpc.semiasync.rules import RULES, SEMIASYNC_RULES, Update, build_rule
 
-from naive import naive_fedbuff, naive_fedqs_decision, naive_fedqs_weights, naive_heavy_ball
+from naive import (naive_authors_weights, naive_fedbuff, naive_fedqs_decision, naive_fedqs_weights, naive_heavy_ball,
+                   naive_layer_angle, naive_mstep, naive_wkafl)
 
 
 def _buffer(rng, K, N, d, dtype=torch.float64, feedback_share=0.5):
@@ -25,19 +27,26 @@ def _buffer(rng, K, N, d, dtype=torch.float64, feedback_share=0.5):
 
 # ------------------------------------------------------------------------------ weights
 
+def _round_now(ups):
+    return ups[0].version + ups[0].staleness + 1
+
+
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("variant", ["paper", "code"])
+@pytest.mark.parametrize("variant,weight", [("paper", None), ("authors", None), ("paper", "misread"),
+                                            ("paper", "authors"), ("authors", "paper")])
 @pytest.mark.parametrize("feedback", [True, False])
-def test_fedqs_weights_match_naive(seed, variant, feedback):
+def test_fedqs_weights_match_naive(seed, variant, weight, feedback):
     rng = np.random.default_rng(seed)
     N, K = 20, 6
     ups = _buffer(rng, K, N, 3)
     counts = rng.integers(0, 30, size=N)
-    rule = build_rule("fedqs-avg", feedback=feedback, feedback_variant=variant)
+    for u in ups:  # one server version for the buffer: 40
+        u.version = 40 - u.staleness
+    rule = build_rule("fedqs-avg", feedback=feedback, variant=variant, feedback_weight=weight)
     p = rule.weights(ups, counts, N)
-    share = [counts[u.client] / max(1, counts.sum()) for u in ups]
     want = naive_fedqs_weights([u.n_samples for u in ups], [u.feedback for u in ups], [u.G for u in ups],
-                               share, K, N, variant=variant, use_feedback=feedback)
+                               [u.staleness for u in ups], [u.client for u in ups], counts, K, N, 41,
+                               weight=weight or variant, use_feedback=feedback, reset_flags=variant == "authors")
     assert p.dtype == np.float64 and p.shape == (K,)
     assert_close(p, np.array(want), rtol=1e-13, atol=0)
     assert math.isclose(p.sum(), 1.0, rel_tol=1e-12)
@@ -48,36 +57,92 @@ def test_fedqs_weights_without_flags_are_sample_shares():
     assert_close(build_rule("fedqs-sgd").weights(ups, np.zeros(4, dtype=int), 4), np.array([0.25, 0.75]))
 
 
-def test_fedqs_feedback_weight_closed_form():
-    # K=2, N=4: phi = 0.5; client 0 took 1 of 4 aggregations: F = 0.25, G = 1.
-    ups = [Update(client=0, version=0, staleness=0, n_samples=10, payload=torch.zeros(1), feedback=True, G=1.0),
-           Update(client=1, version=0, staleness=0, n_samples=10, payload=torch.zeros(1))]
-    counts = np.array([1, 3, 0, 0])
-    p0 = math.exp(0.25) / 0.75 * 2.0 / 4.0
-    want = np.array([p0, 0.5]) / (p0 + 0.5)
-    assert_close(build_rule("fedqs-avg").weights(ups, counts, 4), want, rtol=1e-15, atol=0)
-    c0 = (math.e / 2) ** 0.25 * 2.0 / 4.0
-    want = np.array([c0, 0.5]) / (c0 + 0.5)
-    assert_close(build_rule("fedqs-avg", feedback_variant="code").weights(ups, counts, 4), want, rtol=1e-15, atol=0)
+def _two(G=1.0, staleness=0, n=(10, 30)):
+    # N=4, K=2: phi = 0.5. Server at version 3 (aggregation 4 now); client 0 flagged.
+    return [Update(client=0, version=3 - staleness, staleness=staleness, n_samples=n[0], payload=torch.zeros(1),
+                   feedback=True, G=G),
+            Update(client=1, version=3, staleness=0, n_samples=n[1], payload=torch.zeros(1))]
 
 
-@pytest.mark.parametrize("variant", ["paper", "code"])
-def test_fedqs_weights_stay_finite_and_positive_at_extremes(variant):
-    # Client 0 took every aggregation (F = 1 >= 2 phi), G negative, huge, and exactly at the floor.
+def test_fedqs_feedback_weight_by_hand():
+    # Client 0 took part in 1 of the 3 aggregations so far: with this one F = 2/4 = 0.5 = phi.
+    counts = np.array([1, 3, 0, 2])
+    # paper: (e/2)^0 (1+1)^2 / 2 = 2 replaces 1/4; client 1 keeps 3/4.
+    assert_close(build_rule("fedqs-avg").weights(_two(), counts, 4), np.array([2.0, 0.75]) / 2.75, rtol=1e-15, atol=0)
+    # G = 5 is bounded to 2: (1+2)^2 / 2 = 4.5.
+    assert_close(build_rule("fedqs-avg").weights(_two(G=5.0), counts, 4), np.array([4.5, 0.75]) / 5.25, rtol=1e-15,
+                 atol=0)
+    # authors: 1/4 * (e/2)^0 * (1 + 1^2) = 0.5, then normalised with 3/4.
+    assert_close(build_rule("fedqs-avg", variant="authors").weights(_two(), counts, 4), np.array([0.5, 0.75]) / 1.25,
+                 rtol=1e-15, atol=0)
+    # authors, G = 3 -> min(G, 2) = 2: 1/4 * 5 = 1.25.
+    assert_close(build_rule("fedqs-sgd", variant="authors").weights(_two(G=3.0), counts, 4),
+                 np.array([1.25, 0.75]) / 2.0, rtol=1e-15, atol=0)
+    # F away from phi: counts[0] = 3 -> F = 1, (e/2)^(-0.5).
+    c3 = np.array([3, 3, 0, 0])
+    f = (math.e / 2) ** -0.5
+    assert_close(build_rule("fedqs-avg").weights(_two(), c3, 4), np.array([2 * f, 0.75]) / (2 * f + 0.75),
+                 rtol=1e-14, atol=0)
+    assert_close(build_rule("fedqs-avg", variant="authors").weights(_two(), c3, 4),
+                 np.array([0.5 * f, 0.75]) / (0.5 * f + 0.75), rtol=1e-14, atol=0)
+    # misread (the old weight): F = 1/6 of all updates, exp(1/3)/(1 - 1/6) * 2/4.
+    m = math.exp(0.5 - 1 / 6) / (1 - 1 / 6) * 2 / 4
+    assert_close(build_rule("fedqs-avg", feedback_weight="misread").weights(_two(), counts, 4),
+                 np.array([m, 0.75]) / (m + 0.75), rtol=1e-14, atol=0)
+    # "code", the old name, is the authors' weight.
+    assert_close(build_rule("fedqs-avg", feedback_weight="code").weights(_two(), counts, 4),
+                 np.array([0.5, 0.75]) / 1.25, rtol=1e-15, atol=0)
+
+
+def test_fedqs_authors_flags_reset_after_each_aggregation():
+    counts = np.array([1, 3, 0, 2])
+    # A flagged update one version stale: an aggregation has reset its flag in the authors' variant ...
+    assert_close(build_rule("fedqs-avg", variant="authors").weights(_two(staleness=1), counts, 4),
+                 np.array([0.25, 0.75]), rtol=1e-15, atol=0)
+    # ... and not in the paper's.
+    assert_close(build_rule("fedqs-avg").weights(_two(staleness=1), counts, 4), np.array([2.0, 0.75]) / 2.75,
+                 rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("variant,weight", [("paper", None), ("authors", None), ("paper", "misread")])
+def test_fedqs_weights_stay_finite_and_positive_at_extremes(variant, weight):
+    # Client 0 took every aggregation (F = 1 >= 2 phi), G negative, huge, and exactly at the bounds.
     N, K = 10, 3
     counts = np.zeros(N, dtype=int)
     counts[0] = 1000
-    for G in (-5.0, 0.0, 1e9, 9.0):
-        ups = [Update(client=c, version=0, staleness=0, n_samples=1, payload=torch.zeros(1), feedback=True, G=G)
+    for G in (-5.0, 0.0, 1e9, 9.0, 2.0):
+        ups = [Update(client=c, version=1000, staleness=0, n_samples=1, payload=torch.zeros(1), feedback=True, G=G)
                for c in (0, 1, 2)]
-        p = build_rule("fedqs-sgd", feedback_variant=variant).weights(ups, counts, N)
+        p = build_rule("fedqs-sgd", variant=variant, feedback_weight=weight).weights(ups, counts, N)
         assert np.all(np.isfinite(p)) and np.all(p > 0)
         assert math.isclose(p.sum(), 1.0, rel_tol=1e-12)
-        want = naive_fedqs_weights([1] * K, [True] * K, [G] * K, [1.0, 0.0, 0.0], K, N, variant=variant)
+        want = naive_fedqs_weights([1] * K, [True] * K, [G] * K, [0] * K, [0, 1, 2], counts, K, N, 1001,
+                                   weight=weight or variant)
         assert_close(p, np.array(want), rtol=1e-13, atol=0)
-    # No aggregation at all yet: the share is 0, not 0/0.
-    p = build_rule("fedqs-avg").weights(ups, np.zeros(N, dtype=int), N)
+    # No aggregation at all yet.
+    ups = [Update(client=c, version=0, staleness=0, n_samples=1, payload=torch.zeros(1), feedback=True) for c in (0, 1)]
+    p = build_rule("fedqs-avg", variant=variant, feedback_weight=weight).weights(ups, np.zeros(N, dtype=int), N)
     assert np.all(np.isfinite(p)) and math.isclose(p.sum(), 1.0)
+
+
+def test_authors_weights_equal_their_formula_on_a_buffer():
+    """A buffer as the server saw it (clients, samples, staleness, flags, G, counts before
+    it): the authors' variant's weights equal a plain transcription of their formula."""
+    N, K = 12, 5
+    clients = [7, 2, 11, 0, 5]
+    n = [412, 37, 129, 260, 88]
+    staleness = [0, 3, 0, 0, 1]
+    flags = [True, True, False, True, True]
+    G = [0.4, 1.7, 1.1, 2.6, 0.9]
+    counts = np.array([9, 4, 6, 0, 2, 5, 3, 11, 1, 0, 7, 2])
+    version = 13
+    ups = [Update(client=c, version=version - t, staleness=t, n_samples=ni, payload=torch.zeros(1), feedback=f, G=g)
+           for c, ni, t, f, g in zip(clients, n, staleness, flags, G)]
+    p = build_rule("fedqs-avg", variant="authors").weights(ups, counts, N)
+    # Their flags are reset at every aggregation: only fresh updates still hold one.
+    flag = [f and t == 0 for f, t in zip(flags, staleness)]
+    F = [(counts[c] + 1) / (version + 1) for c in clients]
+    assert_close(p, np.array(naive_authors_weights(n, flag, G, F, K / N)), rtol=1e-13, atol=0)
 
 
 def test_fedbuff_weights_and_baselines():
@@ -131,6 +196,58 @@ def test_fedbuff_matches_naive(seed):
     assert_close(w, torch.tensor(naive_fedbuff(w0, deltas, tau, 5, 0.7), dtype=torch.float64), rtol=1e-13, atol=1e-14)
 
 
+def test_sample_weighted_fedavg_and_fedsgd_by_hand():
+    counts = np.zeros(4, dtype=int)
+    models = [[1.0, 2.0], [3.0, -2.0], [5.0, 0.5]]  # n_i = 1, 2, 3 (see _uploads)
+    w = torch.tensor([100.0, 100.0], dtype=torch.float64)
+    p = build_rule("fedavg", weighting="samples").aggregate_(w, _uploads(models), counts, 4)
+    assert_close(p, np.array([1, 2, 3]) / 6)
+    assert_close(w, torch.tensor([(1 + 6 + 15) / 6, (2 - 4 + 1.5) / 6], dtype=torch.float64), rtol=1e-15, atol=0)
+    w = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    build_rule("fedsgd", weighting="samples").aggregate_(w, _uploads(models), counts, 4)
+    assert_close(w, torch.tensor([1 + 22 / 6, -1 - 0.5 / 6], dtype=torch.float64), rtol=1e-15, atol=0)
+
+
+def test_mstep_by_hand_and_naive():
+    # K = 2, alpha = 0.6: beta = 0.3 / sqrt(1 + tau); tau = 0 and 3: 0.3 and 0.15; the old model keeps 0.55.
+    w = torch.tensor([10.0, -2.0], dtype=torch.float64)
+    p = build_rule("mstep").aggregate_(w, _uploads([[0.0, 2.0], [4.0, 6.0]], [0, 3]), np.zeros(2, dtype=int), 2)
+    assert_close(p, np.array([0.3, 0.15]), rtol=1e-15, atol=0)
+    assert_close(w, torch.tensor([5.5 + 0.6, -1.1 + 0.6 + 0.9], dtype=torch.float64), rtol=1e-14, atol=0)
+    rng = np.random.default_rng(5)
+    models, tau, w0 = rng.normal(size=(4, 6)).tolist(), rng.integers(0, 9, size=4).tolist(), rng.normal(size=6)
+    w = torch.tensor(w0)
+    build_rule("mstep", server_lr=0.9).aggregate_(w, _uploads(models, tau), np.zeros(4, dtype=int), 4)
+    assert_close(w, torch.tensor(naive_mstep(w0, models, tau, 4, 0.9), dtype=torch.float64), rtol=1e-13, atol=1e-14)
+    # Fresh models and alpha = 1: plain FedAvg.
+    w1, w2 = torch.zeros(6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)
+    build_rule("mstep", server_lr=1.0).aggregate_(w1, _uploads(models), np.zeros(4, dtype=int), 4)
+    build_rule("fedavg").aggregate_(w2, _uploads(models), np.zeros(4, dtype=int), 4)
+    assert_close(w1, w2, rtol=1e-15, atol=1e-15)
+
+
+def test_wkafl_by_hand_and_naive():
+    # tau = 0, 1, 2: a proportional to (e/2)^(-tau).
+    deltas = [[1.0, 0.0], [3.0, 1.0], [-5.0, 0.0]]
+    tau = [0, 1, 2]
+    a = np.array([1.0, 2 / math.e, (2 / math.e) ** 2])
+    a /= a.sum()
+    g = a @ np.array(deltas)
+    assert g[0] > 0  # the third update points against the estimate: the filter drops it
+    keep = np.array([1.0, 1.0, 0.0])
+    want = a * keep / (a * keep).sum()
+    w = torch.zeros(2, dtype=torch.float64)
+    p = build_rule("wkafl").aggregate_(w, _uploads(deltas, tau), np.zeros(3, dtype=int), 3)
+    assert_close(p, want, rtol=1e-14, atol=0)
+    assert_close(w, torch.tensor(want @ np.array(deltas)), rtol=1e-14, atol=0)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        deltas, tau, w0 = rng.normal(size=(5, 4)).tolist(), rng.integers(0, 6, size=5).tolist(), rng.normal(size=4)
+        w = torch.tensor(w0)
+        build_rule("wkafl", server_lr=0.5).aggregate_(w, _uploads(deltas, tau), np.zeros(5, dtype=int), 5)
+        assert_close(w, torch.tensor(naive_wkafl(w0, deltas, tau, 0.5), dtype=torch.float64), rtol=1e-13, atol=1e-14)
+
+
 def test_fedbuff_with_fresh_updates_is_fedsgd():
     rng = np.random.default_rng(7)
     deltas = rng.normal(size=(4, 5)).tolist()
@@ -170,9 +287,10 @@ def test_fedqs_avg_of_identical_models_is_that_model():
 
 
 def test_rule_metadata_and_state():
-    assert SEMIASYNC_RULES == ("fedavg", "fedsgd", "fedbuff", "fedqs-avg", "fedqs-sgd")
+    assert SEMIASYNC_RULES == ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "fedqs-avg", "fedqs-sgd")
     assert set(RULES) == set(SEMIASYNC_RULES)
-    uploads = {"fedavg": "model", "fedsgd": "update", "fedbuff": "update", "fedqs-avg": "model", "fedqs-sgd": "update"}
+    uploads = {"fedavg": "model", "fedsgd": "update", "fedbuff": "update", "mstep": "model", "wkafl": "update",
+               "fedqs-avg": "model", "fedqs-sgd": "update"}
     for name in SEMIASYNC_RULES:
         r = build_rule(name)
         assert r.name == name and r.uploads == uploads[name]
@@ -189,8 +307,16 @@ def test_rule_errors():
         build_rule("fedbuff", server_lr=0.0)
     with pytest.raises(ValueError, match="server_lr"):
         build_rule("fedbuff", server_lr=float("nan"))
-    with pytest.raises(ValueError, match="feedback_variant"):
-        build_rule("fedqs-avg", feedback_variant="authors")
+    with pytest.raises(ValueError, match="--fedqs-feedback 'exact'"):
+        build_rule("fedqs-avg", feedback_weight="exact")
+    with pytest.raises(ValueError, match="--fedqs-variant"):
+        build_rule("fedqs-avg", variant="code")
+    with pytest.raises(ValueError, match="--weighting samples: only fedavg and fedsgd"):
+        build_rule("fedbuff", weighting="samples")
+    with pytest.raises(ValueError, match="--weighting 'n'"):
+        build_rule("fedavg", weighting="n")
+    with pytest.raises(ValueError, match="mstep's mixing"):
+        build_rule("mstep", server_lr=1.5)
     with pytest.raises(ValueError, match="feedback"):
         build_rule("fedqs-sgd", feedback="yes")
     r = build_rule("fedavg")
@@ -246,13 +372,16 @@ def test_similarity_kinds():
 # ------------------------------------------------------------------------ Mod② decisions
 
 P = FedQSParams()
+A = FedQSParams(variant="authors")
 
 
 def _check_decision(lr_prev, f_i, f_bar, s_i, s_bar, labels, params=P):
     d = decide(params, lr_prev, f_i, f_bar, s_i, s_bar, None if labels is None else np.array(labels))
     kind, lr, m, feedback, F, G = naive_fedqs_decision(
         lr_prev, f_i, f_bar, s_i, s_bar, labels, a=params.a, m0=params.m0, k=params.k, lr_min=params.lr_min,
-        lr_max=params.lr_max, cap=params.cap, label_gap=params.label_gap, momentum=params.momentum)
+        lr_max=params.lr_max, cap=params.cap, label_gap=params.label_gap, momentum=params.momentum,
+        variant=params.variant, cosine=params.similarity == "cosine", g_max=params.g_max,
+        authors_momentum=params.authors_momentum)
     assert CLIENT_TYPES[d.type] == kind
     assert d.feedback == feedback
     assert d.lr == pytest.approx(lr, rel=1e-15, abs=0)
@@ -265,35 +394,74 @@ def test_decide_branches():
     # FSBC: fast, strongly biased: lr kept, feedback, no momentum.
     d = _check_decision(0.1, 2.0, 1.0, 0.2, 0.5, None)
     assert (d.type, d.lr, d.momentum, d.feedback) == (FSBC, 0.1, 0.0, True)
-    # FWBC: fast, weakly biased: lr - a F with F = 0.5, momentum m0 + k (1/G - 1), G = 0.5.
+    # FWBC: fast, weakly biased: lr - a F with F = 0.5; G = (1 + 0.4)/(1 + 0.8) = 7/9,
+    # momentum m0 + k (1/G - 1) = 0.1 + 0.2 * 2/7.
     d = _check_decision(0.1, 2.0, 1.0, 0.8, 0.4, None)
-    assert d.type == FWBC and d.lr == pytest.approx(0.1 - 0.002 * 0.5) and d.momentum == pytest.approx(0.3)
-    assert not d.feedback
+    assert d.type == FWBC and d.lr == pytest.approx(0.1 - 0.002 * 0.5) and d.G == pytest.approx(7 / 9)
+    assert d.momentum == pytest.approx(0.1 + 0.2 * 2 / 7) and not d.feedback
     # SWBC: straggling, weakly biased: lr + a F with F = 4, G = 1: momentum m0.
     d = _check_decision(0.1, 0.25, 1.0, 0.5, 0.5, None)
     assert d.type == SWBC and d.lr == pytest.approx(0.108) and d.momentum == pytest.approx(0.1)
-    # SSBC, accuracy even over labels: a straggler (momentum, no feedback); G = 2 -> m = 0.
+    # SSBC, accuracy even over labels: a straggler (momentum, no feedback); G = 1.5/1.25 = 1.2.
     d = _check_decision(0.1, 0.5, 1.0, 0.25, 0.5, [0.7, 0.8, 0.6])
-    assert d.type == SSBC and not d.feedback and d.lr == pytest.approx(0.104) and d.momentum == 0.0
-    d = _check_decision(0.1, 0.5, 1.0, 0.4, 0.5, [0.7, 0.8, 0.6])
-    assert d.momentum == pytest.approx(0.1 + 0.2 * (0.8 - 1))
+    assert d.type == SSBC and not d.feedback and d.lr == pytest.approx(0.104)
+    assert d.momentum == pytest.approx(0.1 + 0.2 * (1 / 1.2 - 1))
     # SSBC, skewed labels: feedback, no momentum.
     d = _check_decision(0.1, 0.5, 1.0, 0.4, 0.5, [0.9, 0.2, 0.6])
     assert d.type == SSBC and d.feedback and d.momentum == 0.0 and d.lr == pytest.approx(0.104)
-    # SSBC without a validation split, or only NaN labels: a straggler.
+    # SSBC without probe samples, or only NaN labels: a straggler.
     assert not _check_decision(0.1, 0.5, 1.0, 0.4, 0.5, None).feedback
     assert not decide(P, 0.1, 0.5, 1.0, 0.4, 0.5, np.array([np.nan])).feedback
     assert not _check_decision(0.1, 0.5, 1.0, 0.4, 0.5, []).feedback
+
+
+def test_decide_authors_variant():
+    # Angles: strongly biased when theta_i > theta_bar; G = theta_i / theta_bar; no momentum.
+    d = _check_decision(0.1, 2.0, 1.0, 60.0, 40.0, None, A)
+    assert (d.type, d.feedback, d.momentum, d.lr) == (FSBC, True, 0.0, 0.1) and d.G == pytest.approx(1.5)
+    d = _check_decision(0.1, 2.0, 1.0, 20.0, 40.0, None, A)
+    assert (d.type, d.feedback, d.momentum) == (FWBC, False, 0.0) and d.G == pytest.approx(0.5)
+    d = _check_decision(0.1, 0.5, 1.0, 50.0, 40.0, [0.9, 0.5], A)
+    assert (d.type, d.feedback) == (SSBC, True)
+    # Their other files' momentum: 0.1 + min(2 (1/G - 1), 0.4): G = 0.8 -> 0.1 + 0.4 (capped); G = 0.5 too;
+    # G = 1.02 -> 0.1 - 2 * 0.02/1.02; G = 1.25 -> 0.1 - 0.4 < 0 -> 0.
+    AM = FedQSParams(variant="authors", authors_momentum=True)
+    assert _check_decision(0.1, 2.0, 1.0, 32.0, 40.0, None, AM).momentum == pytest.approx(0.5)
+    assert _check_decision(0.1, 0.5, 1.0, 40.0, 40.0, None, AM).momentum == pytest.approx(0.1)
+    d = _check_decision(0.1, 0.5, 1.0, 50.0, 40.0, [0.5, 0.5], AM)
+    assert d.type == SSBC and d.momentum == 0.0
+    # No angle yet anywhere (theta_bar = 0): G neutral.
+    assert _check_decision(0.1, 0.5, 1.0, 0.0, 0.0, None, A).G == 1.0
+    with pytest.raises(ValueError, match="--fedqs-authors-momentum"):
+        FedQSParams(authors_momentum=True)
+    with pytest.raises(ValueError, match="--fedqs-variant"):
+        FedQSParams(variant="code")
 
 
 def test_decide_ties_and_gap_boundary():
     assert classify(1.0, 1.0, 0.5, 0.5) == SWBC
     assert classify(1.0 + 1e-12, 1.0, 0.5, 0.5) == FWBC
     assert classify(1.0, 1.0, 0.5 - 1e-12, 0.5) == SSBC
+    assert classify(1.0, 1.0, 0.5 + 1e-12, 0.5, "authors") == SSBC
+    assert classify(1.0, 1.0, 0.5, 0.5, "authors") == SWBC
     # max - min exactly the gap counts as skewed (the paper: "< 30 points" is a straggler).
     q = FedQSParams(label_gap=0.25)
     assert decide(q, 0.1, 0.5, 1.0, 0.4, 0.5, np.array([0.25, 0.5])).feedback
     assert not decide(q, 0.1, 0.5, 1.0, 0.4, 0.5, np.array([0.25, 0.5 - 1e-9])).feedback
+
+
+def test_G_is_bounded_and_continuous_for_any_cosine():
+    """The old G = s̄/s_i jumped to the cap 9 for any s_i <= 0; the shifted, bounded G does not."""
+    s_bar = 0.1
+    grid = np.linspace(-1.0, 1.0, 4001)
+    G = np.array([decide(P, 0.1, 0.5, 1.0, s, s_bar, None).G for s in grid])
+    assert np.all(G >= 0) and np.all(G <= 2.0)
+    assert np.max(np.abs(np.diff(G))) < 1e-2  # no jump anywhere on a 5e-4 grid
+    # By hand: s_i = 0 -> 1.1; s_i = -0.3 -> 1.1/0.7; s_i = -0.6 -> 1.1/0.4 = 2.75 -> the bound 2; s_i = 1 -> 0.55.
+    for s_i, want in ((0.0, 1.1), (-0.3, 1.1 / 0.7), (-0.6, 2.0), (-1.0, 2.0), (1.0, 0.55)):
+        assert decide(P, 0.1, 0.5, 1.0, s_i, s_bar, None).G == pytest.approx(want, rel=1e-14)
+    # With the defaults, G at its bound 2 is exactly where m = m0 + k (1/G - 1) reaches 0.
+    assert decide(P, 0.1, 0.5, 1.0, -0.6, s_bar, [0.5]).momentum == pytest.approx(0.0, abs=1e-15)
 
 
 def test_decide_clipping_and_caps():
@@ -302,34 +470,121 @@ def test_decide_clipping_and_caps():
     assert d.F == 9.0 and d.lr == 0.2
     d = _check_decision(0.0015, 5.0, 1.0, 0.9, 0.5, None, FedQSParams(a=0.01))
     assert d.lr == 0.001
-    # Momentum clipped to m0 + 0.4 (tiny G) and to 0 (G at its cap).
-    d = _check_decision(0.1, 2.0, 1.0, 0.9, 0.001, None)
+    # Momentum clipped to m0 + 0.4 (small G: s̄ = -0.99, s_i = 0.9 -> G = 0.01/1.9) and to 0 (G at 2).
+    d = _check_decision(0.1, 2.0, 1.0, 0.9, -0.99, None)
     assert d.momentum == pytest.approx(0.5)
-    d = _check_decision(0.1, 0.5, 1.0, 0.5, 0.5, None, FedQSParams(k=0.5))
-    assert d.momentum == pytest.approx(0.1)
-    d = _check_decision(0.1, 2.0, 1.0, 0.05, 0.5, None, FedQSParams(k=0.5))  # FSBC: G = 9 but feedback
-    assert d.G == 9.0 and d.momentum == 0.0
-    d = _check_decision(0.1, 0.5, 1.0, 0.05, 0.5, [0.5, 0.5], FedQSParams(k=0.5))  # SSBC straggler, G = 9
-    assert d.G == 9.0 and d.momentum == 0.0
-    # Negative cosines: s_i <= 0 gives the cap; s_bar <= 0 < s_i gives G = 0 and the top momentum.
-    d = _check_decision(0.1, 0.5, 1.0, -0.3, 0.2, [0.5])
-    assert d.G == 9.0
-    d = _check_decision(0.1, 0.5, 1.0, 0.3, -0.2, None)
-    assert d.G == 0.0 and d.momentum == pytest.approx(0.5)
+    d = _check_decision(0.1, 0.5, 1.0, -0.5, 0.5, [0.5, 0.5], FedQSParams(k=0.5))  # SSBC straggler, G = 2
+    assert d.G == 2.0 and d.momentum == 0.0
+    d = _check_decision(0.1, 2.0, 1.0, -0.9, 0.5, None, FedQSParams(k=0.5))  # FSBC: G = 2 but feedback
+    assert d.G == 2.0 and d.momentum == 0.0
+    # The bounded similarities: G = min(s̄/s_i, 2) unshifted.
+    E = FedQSParams(similarity="euclidean")
+    assert _check_decision(0.1, 0.5, 1.0, 0.4, 0.6, None, E).G == pytest.approx(1.5)
+    assert _check_decision(0.1, 0.5, 1.0, 0.34, 0.9, None, E).G == 2.0
     # The momentum ablation.
     d = _check_decision(0.1, 0.5, 1.0, 0.3, 0.2, None, FedQSParams(momentum=False))
     assert d.type == SWBC and d.momentum == 0.0
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_decide_random_matches_naive(seed):
+@pytest.mark.parametrize("params", [FedQSParams(a=0.01, k=0.3), FedQSParams(variant="authors", a=0.01),
+                                    FedQSParams(variant="authors", authors_momentum=True),
+                                    FedQSParams(similarity="manhattan")])
+def test_decide_random_matches_naive(seed, params):
     rng = np.random.default_rng(seed)
-    params = FedQSParams(a=0.01, k=0.3)
     for _ in range(200):
         labels = None if rng.random() < 0.2 else rng.uniform(0, 1, size=int(rng.integers(0, 5))).tolist()
         f_i = float(rng.choice([0.0, *rng.uniform(0, 3, 3)]))
-        _check_decision(float(rng.uniform(0.001, 0.2)), f_i, float(rng.uniform(0.5, 2)), float(rng.uniform(-1, 1)),
-                        float(rng.uniform(-0.5, 1)), labels, params)
+        if params.variant == "authors":
+            s_i, s_bar = float(rng.choice([0.0, *rng.uniform(0, 90, 3)])), float(rng.uniform(0, 60))
+        else:
+            s_i, s_bar = float(rng.uniform(-1, 1)), float(rng.uniform(-1, 1))
+        _check_decision(float(rng.uniform(0.001, 0.2)), f_i, float(rng.uniform(0.5, 2)), s_i, s_bar, labels, params)
+
+
+# ------------------------------------------------------------------------ the label test
+
+def test_label_probe_takes_up_to_20_per_label_in_the_given_order():
+    y = np.array([0] * 30 + [1] * 5 + [2] * 21)
+    order = np.random.default_rng(0).permutation(len(y))
+    rows = label_probe(y, order)
+    assert np.all(np.diff(rows) > 0)
+    assert np.bincount(y[rows]).tolist() == [20, 5, 20]
+    want = sorted([r for r in order if y[r] == 0][:20] + [r for r in order if y[r] == 1]
+                  + [r for r in order if y[r] == 2][:20])
+    assert rows.tolist() == want
+
+
+def test_label_test_decision_on_a_crafted_set():
+    # Label 0: 20 samples at 90 %; label 1: 20 at 70 %; label 2: 6 samples at 100 % -> halved to 50 %.
+    acc = np.array([0.9, 0.7, 1.0, np.nan])
+    counts = np.array([20, 20, 6, 0])
+    got = label_accuracies(acc, counts)
+    assert_close(got, np.array([0.9, 0.7, 0.5]))  # the absent label 3 is left out
+    # Gap 90 - 50 = 40 points >= 30: skewed, the SSBC client asks for feedback.
+    assert decide(P, 0.1, 0.5, 1.0, 0.2, 0.5, got).feedback
+    # With 10 samples label 2 is not halved: gap 100 - 70 = 30 points, exactly the threshold: skewed.
+    assert decide(P, 0.1, 0.5, 1.0, 0.2, 0.5, label_accuracies(acc, np.array([20, 20, 10, 0]))).feedback
+    # 90 / 70 / 75: gap 20 points: a straggler.
+    even = label_accuracies(np.array([0.9, 0.7, 0.75]), np.array([20, 20, 20]))
+    assert not decide(P, 0.1, 0.5, 1.0, 0.2, 0.5, even).feedback
+    with pytest.raises(ValueError, match="shapes"):
+        label_accuracies(acc, counts[:2])
+
+
+def test_label_test_end_to_end_with_score():
+    """The host's path: score() on the probe rows, per-label counts, label_accuracies."""
+    from fdahpc.evaluate import score
+
+    class Fixed(torch.nn.Module):  # predicts label 0 for every sample
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            out = torch.zeros(len(x), 3)
+            out[:, 0] = 1.0
+            return out + 0 * self.w
+
+    y = torch.tensor([0] * 12 + [1] * 12 + [2] * 4)
+    per_label = score(Fixed(), torch.zeros(len(y), 2), y, per_label=3)[1]
+    got = label_accuracies(per_label, torch.bincount(y, minlength=3).numpy())
+    assert_close(got, np.array([1.0, 0.0, 0.0]))
+    assert decide(P, 0.1, 0.5, 1.0, 0.2, 0.5, got).feedback
+
+
+# ------------------------------------------------------------------------ the authors' angle
+
+def test_layer_angle_by_hand_on_a_tiny_model():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    layers = layer_bounds(model)
+    # Linear weight (4), Linear bias (2), BN weight (2), BN bias (2); BN's running stats are buffers.
+    assert layers == [(0, 4), (4, 6), (6, 8), (8, 10)]
+    delta = torch.tensor([1.0, 2.0, 3.0, 4.0, 1.0, 3.0, 5.0, 5.0, 2.0, 1.0])
+    ref = torch.tensor([4.0, 3.0, 2.0, 1.0, 2.0, 0.0, 1.0, 2.0, 1.0, 2.0])
+    # Layer 0: min-max (0, 1/3, 2/3, 1) and (1, 2/3, 1/3, 0), sum normalisation aside,
+    #   cos = (0 + 2/9 + 2/9 + 0) / (1 + 1/9 + 4/9) = (4/9)/(14/9) = 2/7.
+    # Layer 1: ref has a zero: skipped. Layer 2: delta constant: skipped.
+    # Layer 3: (1, 0) and (0, 1): 90 degrees.
+    want = (math.degrees(math.acos(2 / 7)) + 90.0) / 2
+    assert layer_angle(delta, ref, layers) == pytest.approx(want, rel=1e-14)
+    assert layer_angle(delta, ref, layers) == pytest.approx(naive_layer_angle(delta.tolist(), ref.tolist(), layers),
+                                                            rel=1e-14)
+    # Every layer skipped: 0 (left out of theta-bar by the server).
+    assert layer_angle(torch.zeros(10), ref, layers) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_layer_angle_matches_naive(seed):
+    rng = np.random.default_rng(seed)
+    d = 40
+    layers = [(0, 7), (7, 8), (8, 25), (25, 40)]
+    delta, ref = rng.normal(size=d), rng.normal(size=d)
+    delta[rng.integers(0, d)] = 0.0  # one layer skipped
+    got = layer_angle(torch.tensor(delta, dtype=torch.float32), torch.tensor(ref, dtype=torch.float32), layers)
+    want = naive_layer_angle(np.float32(delta).tolist(), np.float32(ref).tolist(), layers)
+    assert got == pytest.approx(want, rel=1e-9)
+    assert 0.0 < got <= 90.0
 
 
 def test_params_validation():

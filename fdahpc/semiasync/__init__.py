@@ -51,7 +51,9 @@ def fedqs_params(cfg):
     from .fedqs import FedQSParams
 
     return FedQSParams(eta0=cfg.lr or DEFAULT_LR, a=cfg.fedqs_a, m0=cfg.fedqs_m0, k=cfg.fedqs_k,
-                       lr_min=cfg.fedqs_lr_min, lr_max=cfg.fedqs_lr_max, momentum=not cfg.fedqs_no_momentum)
+                       lr_min=cfg.fedqs_lr_min, lr_max=cfg.fedqs_lr_max, momentum=not cfg.fedqs_no_momentum,
+                       variant=cfg.fedqs_variant, similarity=cfg.fedqs_similarity,
+                       authors_momentum=cfg.fedqs_authors_momentum)
 
 
 def host_of(num_clients: int, world_size: int) -> np.ndarray:
@@ -60,25 +62,22 @@ def host_of(num_clients: int, world_size: int) -> np.ndarray:
 
 
 def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.ndarray, fedqs: bool):
-    """Per-client shares of this host's rows (in ``mine`` order): views of them, or for
-    FedQS a copy split into training rows and a seeded validation split for the label test."""
+    """Per-client shares of this host's rows (in ``mine`` order), views of them; for FedQS
+    also the label test's rows, up to 20 per label of the client's own training samples
+    picked in a seeded order (nothing held out from training)."""
     from ..worker import BatchStream
     from .client import ClientData
     from .clock import VALIDATION, stream_rng
+    from .fedqs import label_probe
 
     out, offset = {}, 0
     for c in mine:
         n = len(parts[c])
-        rows = np.arange(offset, offset + n)
+        xt, yt = x[offset : offset + n], y[offset : offset + n]  # views
         offset += n
-        n_val = int(cfg.fedqs_val_fraction * n) if fedqs and n > 1 else 0
-        if n_val:
-            rows = stream_rng(cfg.seed, VALIDATION + c).permutation(rows)
-        val, train = np.sort(rows[:n_val]), np.sort(rows[n_val:])
-        xt, yt = (x[train], y[train]) if n_val else (x[offset - n : offset], y[offset - n : offset])  # a view
-        steps = cfg.tau if cfg.tau is not None else max(1, math.ceil(cfg.local_epochs * len(yt) / cfg.batch_size))
-        out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c),
-                            torch.from_numpy(x[val]), torch.from_numpy(y[val]), steps)
+        steps = cfg.tau if cfg.tau is not None else max(1, math.ceil(cfg.local_epochs * n / cfg.batch_size))
+        probe = label_probe(yt, stream_rng(cfg.seed, VALIDATION + c).permutation(n)) if fedqs else None
+        out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c), steps, probe)
     return out
 
 
@@ -111,7 +110,7 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
     model = build_model(cfg.model, data.x_train.shape[1], data.x_train.shape[2], data.num_classes)
     flat = FlatParams(model, buffers=True)
     rule = build_rule(cfg.strategy, server_lr=cfg.server_lr, feedback=not cfg.fedqs_no_feedback,
-                      feedback_variant=cfg.fedqs_feedback)
+                      variant=cfg.fedqs_variant, feedback_weight=cfg.fedqs_feedback, weighting=cfg.weighting)
     fedqs = fedqs_params(cfg) if rule.needs_client_state else None
     if comm.is_root:
         from .server import Server
@@ -126,7 +125,7 @@ def build(cfg, comm: Communicator) -> SemiAsyncSetup:
         clients = _split(cfg, mine, parts, data.x_train, data.y_train, fedqs is not None)
         role = Host(comm, model, flat, clients, uploads=rule.uploads, optimizer=cfg.optimizer or DEFAULT_OPTIMIZER,
                     lr=cfg.lr or DEFAULT_LR, weight_decay=cfg.weight_decay, seed=cfg.seed, num_classes=data.num_classes,
-                    num_clients=cfg.clients, fedqs=fedqs, similarity_kind=cfg.fedqs_similarity,
+                    num_clients=cfg.clients, fedqs=fedqs, clip_grad_norm=cfg.clip_grad_norm,
                     nan_from=faults.nan_at(comm.rank))
     resumed = checkpoint.open_for_resume(cfg, found, comm.rank, comm.world_size, flat.dim) if found else None
     return SemiAsyncSetup(cfg, comm, model, flat, role, out, resumed)

@@ -10,8 +10,8 @@ of ranks.
 
 Memory: the data of the host's clients (views into one array), one BatchStream per
 client, the global versions some client's pending job starts from (for FedQS each with
-the pseudo-global gradient the server sent along), and for FedQS one float32 update vector
-per client: what Mod① needs and nothing more.
+Mod①'s reference the server sent along), and for FedQS one float32 update vector and the
+row numbers of the label test's samples per client: what Mod① and Mod② need and nothing more.
 
 Checkpoints: on ``CHECKPOINT`` the host finishes every job it holds a model for, sends the
 updates, answers ``READY`` and joins the collective save. Every client is then idle (no
@@ -34,7 +34,8 @@ from .. import faults
 from ..control import Diverged
 from ..evaluate import score
 from ..worker import BatchStream, local_steps, make_optimizer
-from .fedqs import FedQSParams, classify, decide, heavy_ball_step_, similarity
+from .fedqs import (FedQSParams, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
+                    similarity)
 from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
 
 __all__ = ["ClientData", "Host"]
@@ -47,12 +48,12 @@ _CLIENT_FIELDS = ("lr", "done_at", "f_i", "f_bar", "s_bar", "jobs", "delta")
 
 @dataclass
 class ClientData:
-    """One client's share: training batches, FedQS's validation split, its local job length."""
+    """One client's share: training batches, its local job length, and FedQS's label-test
+    samples: rows of the training data itself (:func:`.fedqs.label_probe`), nothing held out."""
 
     batches: BatchStream
-    x_val: torch.Tensor
-    y_val: torch.Tensor
     steps: int  # local steps per job
+    probe: np.ndarray | None = None  # FedQS: row numbers into batches.x/batches.y
 
     @property
     def n_samples(self) -> int:
@@ -75,11 +76,12 @@ class _Client:
 class Host:
     def __init__(self, comm: Communicator, model: torch.nn.Module, flat, clients: dict[int, ClientData], *,
                  uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
-                 num_clients: int, fedqs: FedQSParams | None = None, similarity_kind: str = "cosine",
+                 num_clients: int, fedqs: FedQSParams | None = None, clip_grad_norm: float | None = None,
                  nan_from: int | None = None) -> None:
         self.comm, self.model, self.flat = comm, model, flat
         self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
-        self.fedqs, self.similarity_kind, self.num_classes = fedqs, similarity_kind, num_classes
+        self.fedqs, self.num_classes, self.clip_grad_norm = fedqs, num_classes, clip_grad_norm
+        self.layers = layer_bounds(model)  # the authors' per-layer angle
         self.clients = {i: _Client(d, fedqs.eta0 if fedqs else lr) for i, d in clients.items()}
         self.versions: dict[int, torch.Tensor] = {}
         self.ready: list[tuple[float, int]] = []
@@ -100,7 +102,7 @@ class Host:
             self.comm.recv_(self.header, 0, Tag.DOWN_HEADER)
             msg = unpack_down(self.header, st.nbytes)
             if msg.kind == Down.MODEL:
-                # FedQS: the model is followed by L_g = w^v - w^(v-1) over the parameters.
+                # FedQS: the model is followed by Mod①'s reference over the parameters.
                 extra = self.flat.dim if self.fedqs is not None else 0
                 w = torch.from_numpy(np.empty(self.flat.state.numel() + extra, dtype=np.float32))
                 self.comm.recv_(w, 0, Tag.DOWN_PAYLOAD)
@@ -127,23 +129,34 @@ class Host:
 
     # One local job ------------------------------------------------------------
     def _decide(self, c: _Client):
-        """FedQS Mod① and Mod②: similarity to the pseudo-global gradient, then the type."""
+        """FedQS Mod① and Mod②: similarity (or the authors' angle) to the reference, then the type."""
         if c.delta is None:
             return None, float("nan")
-        l_g = self.versions[c.start][self.flat.state.numel():]
-        s_i = similarity(c.delta, l_g, self.similarity_kind)
+        ref = self.versions[c.start][self.flat.state.numel():]
+        if self.fedqs.variant == "authors":
+            s_i = layer_angle(c.delta, ref, self.layers)
+        else:
+            s_i = similarity(c.delta, ref, self.fedqs.similarity)
         s_bar = s_i if np.isnan(c.s_bar) else c.s_bar
         labels = None
-        if classify(c.f_i, c.f_bar, s_i, s_bar) == SSBC:
-            per_label = score(self.model, c.data.x_val, c.data.y_val, per_label=self.num_classes)[1]
-            labels = per_label[~np.isnan(per_label)] if len(c.data.y_val) else None
+        if classify(c.f_i, c.f_bar, s_i, s_bar, self.fedqs.variant) == SSBC:
+            labels = self._label_test(c.data)
         return decide(self.fedqs, c.lr, c.f_i, c.f_bar, s_i, s_bar, labels), s_i
+
+    def _label_test(self, data: ClientData) -> np.ndarray | None:
+        """The global model's per-label accuracy on the client's probe samples, as the test reads it."""
+        if data.probe is None or len(data.probe) == 0:
+            return None
+        idx = torch.from_numpy(data.probe)
+        x, y = data.batches.x[idx], data.batches.y[idx]
+        per_label = score(self.model, x, y, per_label=self.num_classes)[1]
+        return label_accuracies(per_label, torch.bincount(y, minlength=self.num_classes).numpy())
 
     def train(self, c: _Client, lr: float, momentum: float) -> float:
         """One local job of client c on the loaded model: the mode's optimizer, or FedQS's heavy ball."""
         if self.fedqs is None:
             opt = make_optimizer(self.optimizer, lr, self.model.parameters(), self.weight_decay)
-            return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad)
+            return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad, self.clip_grad_norm)
         params = [p for p in self.model.parameters() if p.requires_grad]
         bufs = [torch.zeros_like(p) for p in params]
 
@@ -152,7 +165,8 @@ class Host:
                 for p, b in zip(params, bufs):
                     heavy_ball_step_(p.data, p.grad, b, lr, momentum)
 
-        return local_steps(self.model, c.data.batches, c.data.steps, step, lambda: self.model.zero_grad(set_to_none=True))
+        return local_steps(self.model, c.data.batches, c.data.steps, step, lambda: self.model.zero_grad(set_to_none=True),
+                           self.clip_grad_norm)
 
     def _run_job(self, i: int) -> None:
         c = self.clients[i]

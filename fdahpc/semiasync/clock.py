@@ -42,7 +42,7 @@ def stream_rng(seed: int, stream: int) -> np.random.Generator:
 
 # Stream numbers, one per purpose (all semi-asynchronous randomness derives from them).
 SPEEDS, FLUCTUATION, DROPOUT, SHIFT = 1, 2, 3, 4
-#: Client c's FedQS validation split draws from stream VALIDATION + c.
+#: Client c's FedQS label-test samples are picked in an order drawn from stream VALIDATION + c.
 VALIDATION = 100
 
 

@@ -10,8 +10,9 @@ Down (server → host), header ``[kind, version, now, f_bar, s_bar, count, (clie
 - ``MODEL``: global model ``version`` for the listed clients, with the speed statistics
   FedQS's Mod② needs and the virtual time each client's new job will finish at (the
   host computes its jobs in that order, the order the server consumes them); a payload
-  follows: the model, and for FedQS rules then Mod①'s pseudo-global gradient
-  ``w^v - w^(v-1)`` over the parameters (the last global step).
+  follows: the model, and for FedQS rules then Mod①'s reference over the parameters:
+  the pseudo-global gradient ``w^v - w^(v-1)`` (the last global step; paper variant) or
+  ``w^(v-1)`` itself (authors' variant).
 - ``DROP``: the listed clients left (dropout scenario); no payload.
 - ``STOP``: the run is over; answer with ``BYE``; no payload.
 - ``CHECKPOINT``: a checkpoint at round ``version``: finish every job the host holds a

@@ -5,29 +5,57 @@ Papers:
   Learning", NeurIPS 2025, arXiv 2510.07664 (Mod③, Section 3.4).
 - FedBuff: Nguyen, Malik, Zhan, Yousefpour, Rabbat, Malek, Huba, "Federated Learning with
   Buffered Asynchronous Aggregation", AISTATS 2022, arXiv 2106.06639.
+- M-step FedAsync: Wu, Wang, "KAFL: Achieving High Training Efficiency for Fast-K
+  Asynchronous Federated Learning", ICDCS 2022, pp. 873-883 (FedQS's ref. [37]), built on
+  FedAsync: Xie, Koyejo, Gupta, "Asynchronous Federated Optimization", arXiv 1903.03934.
+- WKAFL: Zhou, Li, Ren, Yang, "Towards Efficient and Stable K-Asynchronous Federated
+  Learning with Unbounded Stale Gradients on Non-IID Data", IEEE TPDS 33(12), 2022
+  (FedQS's ref. [15]).
 
-With ``w_i`` a client's final model, ``Δ_i = w_i - w_start`` its update, ``τ_i`` its staleness
-and K the number of buffered uploads:
+With ``w_i`` a client's final model, ``Δ_i = w_i - w_start`` its update, ``τ_i`` its staleness,
+``n_i`` its samples and K the number of buffered uploads:
 
-- ``fedavg``    (models):  ``w_g ← (1/K) Σ w_i``
-- ``fedsgd``    (updates): ``w_g ← w_g + (1/K) Σ Δ_i``
+- ``fedavg``    (models):  ``w_g ← Σ q_i w_i``, ``q_i = 1/K`` (or ``n_i/Σn``, ``weighting="samples"``)
+- ``fedsgd``    (updates): ``w_g ← w_g + Σ q_i Δ_i``, q as fedavg's
 - ``fedbuff``   (updates): ``w_g ← w_g + η_s (1/K) Σ Δ_i / sqrt(1 + τ_i)``
+- ``mstep``     (models):  ``w_g ← (1 - Σ β_i) w_g + Σ β_i w_i``, ``β_i = α (1 + τ_i)^(-1/2) / K``:
+  FedAsync's mixing ``w ← (1 - α_τ) w + α_τ w_new`` with its polynomial staleness function
+  ``α_τ = α (1 + τ)^(-a)``, a = 1/2, applied to the mean of the M = K buffered models, as
+  KAFL's M-step FedAsync aggregates M models per step. α = ``--server-lr`` (default 0.6,
+  FedAsync's). The KAFL text is not on this machine: this is our reading of its
+  description, written down so it can be checked.
+- ``wkafl``     (updates): staleness weights ``a_i = (e/2)^(-τ_i)`` normalised; the
+  estimate ``ĝ = Σ a_i Δ_i``; updates whose cosine with ĝ is negative are dropped (the
+  "cosine filter"; all kept when every one would be); ``w_g ← w_g + η_s Σ_{kept} a_i Δ_i /
+  Σ_{kept} a_i``, η_s = ``--server-lr`` (default 1). WKAFL's two-stage gradient clipping
+  is left to ``--clip-grad-norm`` on the clients. As for M-step, the WKAFL text is not on
+  this machine: the formula is ALGORITHMS.md's summary made precise.
 - ``fedqs-avg`` (models):  ``w_g ← Σ p_i w_i``
 - ``fedqs-sgd`` (updates): ``w_g ← w_g + Σ p_i Δ_i``  (Δ_i includes the clients' momentum)
 
-FedQS Mod③ weights: ``p_i = n_i / Σ_{j∈S} n_j``; a client that asked for feedback (FSBC, or
-SSBC whose labels are skewed) gets instead, with ``φ = K/N`` and ``F_i`` its share of all
-aggregations so far,
+FedQS Mod③ weights: base ``p_i = n_i / Σ_{j∈S} n_j``; with ``φ = K/N`` and ``F_i`` the share of
+all aggregations so far, this one included, that client i took part in (``(n(i) + 1) /
+(t + 1)`` at aggregation t + 1: it averages φ, so the factor below is 1 for a client
+aggregated at the fair rate), a client that asked for feedback (FSBC, or SSBC whose
+labels are skewed) gets
 
-- paper (``feedback_variant="paper"``): ``p_i = exp(φ - F_i) / (2φ - F_i) · (1 + G_i) / (2K)``;
-- authors' code (``"code"``): ``p_i = (e/2)^(φ - F_i) · (1 + min(G_i, 2)^2) / (2K)``. The code
-  has no ``1/(2K)``; the factor is ours, so both variants live on the scale of the base
-  weights and the normalization treats them alike.
+- ``paper``: its weight *replaced* by ``(e/2)^(φ - F_i) · (1 + G_i)^2 / K``. The extracted
+  text reads "exp(ϕ−F)2ϕ−F · (1+G)2K": superscripts flattened. ``exp(φ-F)/2^(φ-F) =
+  (e/2)^(φ-F)`` is exactly the authors' code and WKAFL's ``(e/2)^(-τ)`` that the paper
+  cites (the other reading, a fraction over ``2φ - F``, reaches zero); the paper's words
+  "the quadratic relationship" and "typically higher" weights point to ``(1 + G)^2 / K``
+  (about ``(1+G)^2`` times an average base weight 1/K), not ``(1 + G) / (2K)``.
+  ``G_i`` is clamped to ``[0, 2]`` (the authors' ``min(G, 2)``; the client bounds it so already).
+- ``authors``: the base weight *multiplied* by ``(e/2)^(φ - F_i) · (1 + min(G_i, 2)^2)``
+  (their φ is the constant 0.1 = K/N of their setting; ours is K/N), and in this variant
+  the feedback flags are reset after every aggregation: a flag is set when a job starts,
+  so only an update with staleness 0 still carries it (``reset_flags``).
+- ``misread`` (an ablation, never a default): the weight this code used before,
+  ``exp(φ - F_i) / max(2φ - F_i, φ/10) · (1 + G_i) / (2K)`` with ``F_i = n(i) / Σ_j n(j)``
+  (share of updates, this aggregation not counted) and G clamped to ``[0, 9]``, kept so
+  its effect can be measured.
 
-then ``p`` is normalized to sum 1. Guards (ours, the paper has none): the paper's
-denominator ``2φ - F_i`` reaches 0 and turns negative for a client that took more than twice
-its fair share of aggregations, so it is floored at ``φ/10``; ``G_i`` is clamped to
-``[0, 9]`` (9 is the authors' cap), so every weight is finite and positive.
+then ``p`` is normalized to sum 1.
 
 All rules are pure: no communication, no state. :meth:`Rule.aggregate_` sums in the
 order of the buffer with :func:`fdahpc.aggregate.weighted_sum` and separate element-wise
@@ -44,11 +72,15 @@ import torch
 
 from ..aggregate import weighted_sum
 
-__all__ = ["Update", "Rule", "FedAvg", "FedSGD", "FedBuff", "FedQSAvg", "FedQSSGD", "RULES",
-           "SEMIASYNC_RULES", "FEEDBACK_VARIANTS", "G_CAP", "feedback_weight", "build_rule"]
+__all__ = ["Update", "Rule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL", "FedQSAvg", "FedQSSGD", "RULES",
+           "SEMIASYNC_RULES", "FEEDBACK_WEIGHTS", "FEEDBACK_ALIASES", "WEIGHTINGS", "G_CAP", "feedback_weight",
+           "build_rule"]
 
-FEEDBACK_VARIANTS = ("paper", "code")
-G_CAP = 9.0  # the authors' cap on F and G
+FEEDBACK_WEIGHTS = ("paper", "authors", "misread")
+FEEDBACK_ALIASES = {"code": "authors"}  # the old name of the authors' weight
+WEIGHTINGS = ("uniform", "samples")  # fedavg/fedsgd's q_i
+G_CAP = 9.0  # the authors' cap on F and G (the misread ablation's clamp on G)
+G_WEIGHT_MAX = 2.0  # min(G, 2) in the feedback weight (the authors')
 
 
 @dataclass
@@ -62,7 +94,7 @@ class Update:
     payload: torch.Tensor  # float 1-D: final model w_i (uploads "model") or Δ_i (uploads "update")
     similarity: float = 0.0  # s_i the client reported (FedQS)
     feedback: bool = False  # the client asked for the feedback weight (FedQS)
-    G: float = 1.0  # the client's G_i = s̄/s_i (FedQS), already capped by the client
+    G: float = 1.0  # the client's bias ratio G_i (FedQS), already bounded by the client
 
 
 class Rule:
@@ -127,22 +159,47 @@ def _check_counts(counts, num_clients) -> np.ndarray:
     return c
 
 
-class FedAvg(Rule):
-    """Uniform average of the K buffered models."""
+def _base(updates, weighting: str) -> np.ndarray:
+    """fedavg/fedsgd's q: uniform, or the sample shares n_i / Σ n_j."""
+    if weighting == "uniform":
+        return np.full(len(updates), 1.0 / len(updates))
+    return _sample_shares(updates)
+
+
+def _sample_shares(updates) -> np.ndarray:
+    n = np.array([u.n_samples for u in updates], dtype=np.float64)
+    if np.any(n <= 0) or not np.all(np.isfinite(n)):
+        raise ValueError(f"Update.n_samples {n.tolist()}: must be positive; leave clients without data out")
+    return n / n.sum()
+
+
+class _Weighted(Rule):
+    def __init__(self, weighting: str = "uniform"):
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"--weighting {weighting!r}: unknown; choose one of {', '.join(WEIGHTINGS)}")
+        self.weighting = weighting
+
+    def weights(self, updates, counts, num_clients):
+        return _base(updates, self.weighting)
+
+
+class FedAvg(_Weighted):
+    """Average of the K buffered models: uniform, or by samples (``--weighting samples``)."""
 
     name, uploads = "fedavg", "model"
 
-    def weights(self, updates, counts, num_clients):
-        return np.full(len(updates), 1.0 / len(updates))
 
-
-class FedSGD(Rule):
-    """The global model moves by the mean of the K buffered updates."""
+class FedSGD(_Weighted):
+    """The global model moves by the mean of the K buffered updates (uniform or by samples)."""
 
     name, uploads = "fedsgd", "update"
 
-    def weights(self, updates, counts, num_clients):
-        return np.full(len(updates), 1.0 / len(updates))
+
+def _staleness(updates) -> np.ndarray:
+    tau = np.array([u.staleness for u in updates], dtype=np.float64)
+    if np.any(tau < 0):
+        raise ValueError(f"Update.staleness {tau.tolist()}: must be >= 0 (server version - start version)")
+    return tau
 
 
 class FedBuff(Rule):
@@ -155,53 +212,117 @@ class FedBuff(Rule):
         self.eta_s = _positive(server_lr, "server_lr", "--server-lr 1.0")
 
     def weights(self, updates, counts, num_clients):
-        K = len(updates)
-        tau = np.array([u.staleness for u in updates], dtype=np.float64)
-        if np.any(tau < 0):
-            raise ValueError(f"Update.staleness {tau.tolist()}: must be >= 0 (server version - start version)")
-        return self.eta_s / (K * np.sqrt(1.0 + tau))
+        return self.eta_s / (len(updates) * np.sqrt(1.0 + _staleness(updates)))
+
+
+class MStep(Rule):
+    """M-step FedAsync (KAFL): FedAsync's staleness-discounted mixing over the K buffered
+    models. The weights are the models' ``β_i = α (1 + τ_i)^(-1/2) / K``; the old global
+    model keeps ``1 - Σ β_i`` (returned weights do not include it)."""
+
+    name, uploads = "mstep", "model"
+    a = 0.5  # FedAsync's polynomial staleness exponent
+
+    def __init__(self, server_lr: float = 0.6):
+        self.alpha = _positive(server_lr, "server_lr", "--server-lr 0.6")
+        if self.alpha > 1:
+            raise ValueError(f"--server-lr {server_lr!r}: mstep's mixing α must be in (0, 1], e.g. 0.6")
+
+    def weights(self, updates, counts, num_clients):
+        return self.alpha * (1.0 + _staleness(updates)) ** -self.a / len(updates)
+
+    def aggregate_(self, w_global, updates, counts, num_clients):
+        _check(w_global, updates, counts, num_clients)
+        beta = self.weights(updates, counts, num_clients)
+        with torch.no_grad():
+            old = w_global.clone()
+            weighted_sum([old] + [u.payload for u in updates], [1.0 - float(beta.sum())] + beta.tolist(), out=w_global)
+        return beta
+
+
+class WKAFL(Rule):
+    """WKAFL: staleness weights ``(e/2)^(-τ)``, a cosine filter against their weighted mean,
+    then the weighted mean of the kept updates times ``η_s``. Returns the effective
+    coefficients (0 for a dropped update)."""
+
+    name, uploads = "wkafl", "update"
+
+    def __init__(self, server_lr: float = 1.0):
+        self.eta_s = _positive(server_lr, "server_lr", "--server-lr 1.0")
+
+    def weights(self, updates, counts, num_clients):
+        a = (math.e / 2.0) ** -_staleness(updates)
+        a = a / a.sum()
+        with torch.no_grad():
+            g = weighted_sum([u.payload.to(torch.float64) for u in updates], a.tolist())
+            ng = float(torch.linalg.vector_norm(g))
+            keep = np.ones(len(updates), dtype=bool)
+            if ng > 0:
+                for k, u in enumerate(updates):
+                    d = u.payload.to(torch.float64)
+                    nd = float(torch.linalg.vector_norm(d))
+                    keep[k] = nd == 0 or float(torch.dot(d, g)) / (nd * ng) >= 0.0
+        if not keep.any():
+            keep[:] = True
+        kept = np.where(keep, a, 0.0)
+        return self.eta_s * kept / kept.sum()
 
 
 class _FedQS(Rule):
     needs_client_state = True
 
-    def __init__(self, feedback: bool = True, feedback_variant: str = "paper"):
+    def __init__(self, feedback: bool = True, variant: str = "paper", feedback_weight: str | None = None,
+                 reset_flags: bool | None = None):
+        from .fedqs import VARIANTS
+
         if not isinstance(feedback, (bool, np.bool_)):
             raise ValueError(f"feedback {feedback!r}: must be True or False (False is the ablation without "
                              f"Mod③'s feedback weights)")
-        if feedback_variant not in FEEDBACK_VARIANTS:
-            raise ValueError(f"feedback_variant {feedback_variant!r}: unknown; choose one of "
-                             f"{', '.join(FEEDBACK_VARIANTS)}")
-        self.feedback = bool(feedback)
-        self.feedback_variant = feedback_variant
+        if variant not in VARIANTS:
+            raise ValueError(f"--fedqs-variant {variant!r}: unknown; choose one of {', '.join(VARIANTS)}")
+        weight = FEEDBACK_ALIASES.get(feedback_weight, feedback_weight) or variant
+        if weight not in FEEDBACK_WEIGHTS:
+            raise ValueError(f"--fedqs-feedback {feedback_weight!r}: unknown; choose one of "
+                             f"{', '.join(FEEDBACK_WEIGHTS)} (or omit it for the variant's own)")
+        self.feedback, self.variant, self.feedback_weight = bool(feedback), variant, weight
+        self.reset_flags = variant == "authors" if reset_flags is None else bool(reset_flags)
 
     def weights(self, updates, counts, num_clients):
         c = _check_counts(counts, num_clients).astype(np.float64)
         K = len(updates)
-        n = np.array([u.n_samples for u in updates], dtype=np.float64)
-        if np.any(n <= 0) or not np.all(np.isfinite(n)):
-            raise ValueError(f"Update.n_samples {n.tolist()}: must be positive; leave clients without data out")
-        p = n / n.sum()
-        if self.feedback:
-            phi = K / num_clients
-            total = max(1.0, c.sum())
-            for k, u in enumerate(updates):
-                if not u.feedback:
-                    continue
-                if not 0 <= u.client < num_clients:
-                    raise ValueError(f"Update.client {u.client}: must be in [0, {num_clients})")
-                if not math.isfinite(u.G):
-                    raise ValueError(f"Update.G {u.G!r}: must be finite; the client caps G = s̄/s_i")
-                p[k] = feedback_weight(phi, c[u.client] / total, u.G, K, self.feedback_variant)
+        p = _sample_shares(updates)
+        if not self.feedback:
+            return p
+        phi = K / num_clients
+        round_now = updates[0].version + updates[0].staleness + 1  # this aggregation's number
+        for k, u in enumerate(updates):
+            if not u.feedback or (self.reset_flags and u.staleness != 0):
+                continue
+            if not 0 <= u.client < num_clients:
+                raise ValueError(f"Update.client {u.client}: must be in [0, {num_clients})")
+            if not math.isfinite(u.G):
+                raise ValueError(f"Update.G {u.G!r}: must be finite; the client bounds G")
+            if self.feedback_weight == "misread":
+                F = c[u.client] / max(1.0, c.sum())
+            else:
+                F = (c[u.client] + 1.0) / round_now
+            p[k] = feedback_weight(phi, F, u.G, K, self.feedback_weight, base=p[k])
         return p / p.sum()
 
 
-def feedback_weight(phi: float, F: float, G: float, K: int, variant: str = "paper") -> float:
-    """Mod③'s weight for a client that asked for feedback (before normalization)."""
-    G = min(max(float(G), 0.0), G_CAP)
-    if variant == "paper":
+def feedback_weight(phi: float, F: float, G: float, K: int, weight: str = "paper", base: float = 1.0) -> float:
+    """Mod③'s weight for a flagged client before normalization (module docstring);
+    ``base`` (n_i/Σn) is used by the ``authors`` weight only, the others replace it."""
+    if weight == "paper":
+        G = min(max(float(G), 0.0), G_WEIGHT_MAX)
+        return (math.e / 2.0) ** (phi - F) * (1.0 + G) ** 2 / K
+    if weight == "authors":
+        G = min(max(float(G), 0.0), G_WEIGHT_MAX)
+        return base * (math.e / 2.0) ** (phi - F) * (1.0 + G ** 2)
+    if weight == "misread":
+        G = min(max(float(G), 0.0), G_CAP)
         return math.exp(phi - F) / max(2.0 * phi - F, phi / 10.0) * (1.0 + G) / (2.0 * K)
-    return (math.e / 2.0) ** (phi - F) * (1.0 + min(G, 2.0) ** 2) / (2.0 * K)
+    raise ValueError(f"--fedqs-feedback {weight!r}: unknown; choose one of {', '.join(FEEDBACK_WEIGHTS)}")
 
 
 class FedQSAvg(_FedQS):
@@ -216,8 +337,10 @@ class FedQSSGD(_FedQS):
     name, uploads = "fedqs-sgd", "update"
 
 
-RULES: dict[str, type] = {r.name: r for r in (FedAvg, FedSGD, FedBuff, FedQSAvg, FedQSSGD)}
+RULES: dict[str, type] = {r.name: r for r in (FedAvg, FedSGD, FedBuff, MStep, WKAFL, FedQSAvg, FedQSSGD)}
 SEMIASYNC_RULES = tuple(RULES)
+#: Rules whose --server-lr means something (FedBuff's and WKAFL's η_s, M-step's α).
+SERVER_LR_RULES = ("fedbuff", "mstep", "wkafl")
 
 
 def _positive(value, name: str, example: str) -> float:
@@ -226,18 +349,22 @@ def _positive(value, name: str, example: str) -> float:
     return float(value)
 
 
-def build_rule(name: str, server_lr: float | None = None, feedback: bool = True, feedback_variant: str = "paper") -> Rule:
+def build_rule(name: str, server_lr: float | None = None, feedback: bool = True, variant: str = "paper",
+               feedback_weight: str | None = None, weighting: str = "uniform") -> Rule:
     """The rule called ``name``. Every argument is validated; each rule uses only its own
-    (``server_lr``: fedbuff, whose own default serves when None; ``feedback``,
-    ``feedback_variant``: fedqs-*)."""
+    (``server_lr``: fedbuff, wkafl and mstep, whose own defaults serve when None;
+    ``feedback``, ``variant``, ``feedback_weight``: fedqs-*; ``weighting``: fedavg, fedsgd)."""
     if name not in RULES:
         raise ValueError(f"--strategy {name!r}: unknown semi-asynchronous rule; choose one of "
                          f"{', '.join(SEMIASYNC_RULES)}")
     if server_lr is not None:
         _positive(server_lr, "server_lr", "--server-lr 1.0")
-    _FedQS(feedback, feedback_variant)  # validates both, whichever rule is built
-    if name == "fedbuff":
-        return FedBuff() if server_lr is None else FedBuff(server_lr)
+    _FedQS(feedback, variant, feedback_weight)  # validates them, whichever rule is built
+    _Weighted(weighting)
+    if weighting != "uniform" and name not in ("fedavg", "fedsgd"):
+        raise ValueError(f"--weighting {weighting}: only fedavg and fedsgd take it ({name} weighs updates itself); drop it")
+    if name in SERVER_LR_RULES:
+        return RULES[name]() if server_lr is None else RULES[name](server_lr)
     if name.startswith("fedqs"):
-        return RULES[name](feedback, feedback_variant)
-    return RULES[name]()
+        return RULES[name](feedback, variant, feedback_weight)
+    return RULES[name](weighting)

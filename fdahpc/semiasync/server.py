@@ -20,6 +20,10 @@ checkpoint folder the last round also sends the new model to its clients (the cl
 already scheduled their next jobs), so a run resumed with more ``--rounds`` continues
 exactly like a longer run; that send is counted in the last round's bytes.
 
+Run file rows per round (beside :mod:`fdahpc.metrics`' list): ``round/update_staleness``,
+``round/n_samples``, ``round/feedback`` and ``round/G`` give, per aggregated update in the
+order of ``round/clients`` (padded alike), what the rule's weights were computed from.
+
 Divergence: an update whose loss or payload holds a NaN or Inf, or a global model that
 does, ends the run on every rank (``DIVERGED`` to the hosts, then
 :class:`fdahpc.control.Diverged`).
@@ -95,8 +99,13 @@ class Server:
         self.stash: dict[int, _Incoming] = {}
         self.outbox = Outbox(self.comm)
         self.host_totals = np.zeros((self.comm.world_size, 3), dtype=np.int64)  # jobs, steps, peak RSS
-        # FedQS: the parameters' last global step, sent with each model (zero before round 1).
-        self.last_step = torch.zeros(self.flat.dim) if self.rule.needs_client_state else None
+        # FedQS: Mod①'s reference, sent with each model over the parameters: the last global
+        # step w^v - w^(v-1) (paper variant; zero before round 1), or the authors' w^(v-1)
+        # itself (their state_dict quirk, see fedqs.py; the initial model before round 1).
+        self.authors = getattr(self.rule, "variant", "paper") == "authors"
+        self.last_step = None
+        if self.rule.needs_client_state:
+            self.last_step = self.flat.w.clone() if self.authors else torch.zeros(self.flat.dim)
         self.fresh = True  # False once a checkpoint was loaded: the first models went out long ago
         # What the loop accumulates (saved in checkpoints): accuracy per round, bytes of the
         # rounds, the result so far, the virtual time, wall seconds of earlier segments.
@@ -139,9 +148,11 @@ class Server:
         """The current global model to each host of ``clients``, without blocking; returns bytes sent."""
         f, f_bar = speeds(self.counts, self.clock.active)
         reported = self.similarity[~np.isnan(self.similarity) & self.clock.active]
+        if self.authors:  # θ̄: the mean of the non-zero angles (a client without one reports 0)
+            reported = reported[reported != 0]
         s_bar = float(reported.mean()) if len(reported) else float("nan")
         # The outbox keeps it alive until every send of it completes. FedQS clients also get Mod①'s
-        # pseudo-global gradient L_g = w^v - w^(v-1), the last global step.
+        # reference (see __post_init__).
         snapshot = self.flat.state.clone() if self.last_step is None else torch.cat([self.flat.state, self.last_step])
         sent = 0
         for host in sorted({int(self.host_of[c]) for c in clients}):
@@ -247,7 +258,9 @@ class Server:
         before = self.flat.w.clone() if self.last_step is not None else None
         with torch.no_grad():
             weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of))
-        if before is not None:
+        if before is not None and self.authors:
+            self.last_step.copy_(before)
+        elif before is not None:
             torch.sub(self.flat.w, before, out=self.last_step)
         np.add.at(self.counts, [u.client for u in buffer], 1)
         self.version += 1
@@ -326,6 +339,11 @@ class Server:
                                 ("round/staleness_max", int(staleness.max())), ("round/types", types.copy()),
                                 ("round/clients", self._padded(ids, -1, np.int64)),
                                 ("round/weights", self._padded(weights, np.nan, np.float64)),
+                                # Per update, padded like round/clients: what the rule read.
+                                ("round/update_staleness", self._padded(staleness, -1, np.int64)),
+                                ("round/n_samples", self._padded([u.n_samples for u in buffer], -1, np.int64)),
+                                ("round/feedback", self._padded([int(u.feedback) for u in buffer], -1, np.int64)),
+                                ("round/G", self._padded([u.G for u in buffer], np.nan, np.float64)),
                                 ("round/lr_mean", float(np.mean([h[Up.LR] for h in headers]))),
                                 ("round/momentum_mean", float(np.mean([h[Up.MOMENTUM] for h in headers]))),
                                 ("round/bytes", round_bytes)):

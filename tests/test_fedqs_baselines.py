@@ -1,0 +1,108 @@
+"""The FedQS reproduction's shared pieces: the gradient-norm clip of every local step, the
+sample-weighted semi-async FedAvg/FedSGD, the M-step and WKAFL rules end to end, and the
+flags that select them."""
+
+import math
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_python
+from fdahpc.config import parse_args
+from fdahpc.worker import BatchStream, local_steps
+
+TINY = ["--dataset", "mnist5k", "--model", "lenet5", "--batch-size", "16", "--log-every", "1000"]
+SEMI = ["--mode", "semiasync", "--clients", "6", "--buffer", "2", "--rounds", "10", "--tau", "3", "--speed-ratio", "4",
+        "--partition", "dirichlet:0.5"]
+
+
+def _tiny():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 2, 2)).astype(np.float32) * 50  # large inputs: large gradients
+    y = rng.integers(0, 3, size=40)
+    return model, x, y
+
+
+def test_clip_scales_each_step_to_the_norm():
+    model, x, y = _tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    w0 = [p.detach().clone() for p in model.parameters()]
+    seen = []
+
+    def step():
+        seen.append(math.sqrt(sum(float(p.grad.pow(2).sum()) for p in model.parameters())))
+        opt.step()
+
+    local_steps(model, BatchStream(x, y, 8, 0, 0), 3, step, opt.zero_grad, clip_grad_norm=0.5)
+    assert all(n == pytest.approx(0.5, rel=1e-5) for n in seen)  # the raw norms are far above 0.5
+    # By hand for one step: w1 = w0 - lr * g * 0.5 / ||g||.
+    model2, _, _ = _tiny()
+    xb, yb = BatchStream(x, y, 8, 0, 0).next()
+    loss = torch.nn.functional.cross_entropy(model2(xb), yb)
+    grads = torch.autograd.grad(loss, list(model2.parameters()))
+    norm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
+    assert norm > 5
+    model3, _, _ = _tiny()
+    opt3 = torch.optim.SGD(model3.parameters(), lr=0.1)
+    local_steps(model3, BatchStream(x, y, 8, 0, 0), 1, opt3.step, opt3.zero_grad, clip_grad_norm=0.5)
+    for p, p0, g in zip(model3.parameters(), w0, grads):
+        torch.testing.assert_close(p.detach(), p0 - 0.1 * g * (0.5 / (norm + 1e-6)), rtol=1e-5, atol=1e-6)
+
+
+def test_clip_off_and_above_the_norm_change_nothing():
+    runs = []
+    for clip in ("absent", None, 1e9):
+        model, x, y = _tiny()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        kw = {} if clip == "absent" else {"clip_grad_norm": clip}
+        local_steps(model, BatchStream(x, y, 8, 0, 0), 4, opt.step, opt.zero_grad, **kw)
+        runs.append(torch.cat([p.detach().ravel() for p in model.parameters()]))
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--clip-grad-norm", "-1", "--mode", "semiasync"], "--clip-grad-norm -1.0: must be a positive finite"),
+    (["--clip-grad-norm", "20"], "--clip-grad-norm: applied by the semi-asynchronous clients only so far"),
+    (["--mode", "semiasync", "--fedqs-val-fraction", "0.1"], "--fedqs-val-fraction: removed"),
+    (["--mode", "semiasync", "--strategy", "mstep", "--weighting", "samples"], "only fedavg and fedsgd take it"),
+    (["--mode", "semiasync", "--fedqs-feedback", "exact"], "--fedqs-feedback 'exact': unknown"),
+    (["--mode", "semiasync", "--fedqs-variant", "code"], "--fedqs-variant 'code'"),
+    (["--mode", "semiasync", "--fedqs-authors-momentum"], "--fedqs-authors-momentum True: is the authors' variant's"),
+])
+def test_flag_errors_name_the_flag(argv, message):
+    with pytest.raises(ValueError, match=None) as err:
+        parse_args(argv)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_removed_flag_in_a_toml_file(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('mode = "semiasync"\n[fedqs]\nfedqs-val-fraction = 0.1\n')
+    with pytest.raises(ValueError, match="--fedqs-val-fraction: removed"):
+        parse_args(["--config", str(path)])
+
+
+@pytest.mark.slow
+def test_new_rules_and_sample_weights_end_to_end(tmp_path):
+    files = {}
+    for name, flags in (("mstep", ["--strategy", "mstep"]), ("wkafl", ["--strategy", "wkafl", "--clip-grad-norm", "20"]),
+                        ("avg-samples", ["--strategy", "fedavg", "--weighting", "samples"])):
+        out = str(tmp_path / f"{name}.h5")
+        res = run_python(["-m", "fdahpc.train", *TINY, *SEMI, *flags, "--out", out], ranks=2, timeout=120)
+        assert res.returncode == 0, res.stderr[-3000:]
+        files[name] = h5py.File(out)
+    for name, f in files.items():
+        assert f.attrs["rounds_done"] == 10 and 0 < f.attrs["convergence_accuracy"] <= 1
+    f = files["avg-samples"]
+    n, w = f["round/n_samples"][:], f["round/weights"][:]
+    np.testing.assert_allclose(w, n / n.sum(axis=1, keepdims=True), rtol=1e-14)
+    f = files["mstep"]
+    tau = f["round/update_staleness"][:]
+    np.testing.assert_allclose(f["round/weights"][:], 0.6 / np.sqrt(1 + tau) / 2, rtol=1e-14)
+    w = files["wkafl"]["round/weights"][:]
+    np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-12)
+    assert np.all(w >= 0)
