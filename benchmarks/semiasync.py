@@ -100,6 +100,11 @@ def time_to(run: dict, accuracy: float) -> float:
     return float(t[hit[0]]) if len(hit) else float("nan")
 
 
+def staleness(run: dict) -> float:
+    """Mean staleness of the aggregated updates over the whole run."""
+    return float(np.mean(run["round/staleness_mean"]))
+
+
 def mean(values) -> float:
     values = [v for v in values if v == v]
     return statistics.fmean(values) if values else float("nan")
@@ -140,19 +145,21 @@ def main(argv=None) -> int:
         accs = [r["convergence_accuracy"] for r in mine]
         table.append([method, f"{100 * mean(accs):.2f}" + (f" ± {100 * statistics.stdev(accs):.2f}" if len(accs) > 1 else ""),
                       f"{mean(r['rounds_to_95pct'] for r in mine):.0f}", f"{mean(r['oscillations'] for r in mine):.1f}",
+                      f"{mean(staleness(r) for r in mine):.2f}",
                       f"{mean(r['virtual_time'] for r in mine):.0f}", f"{mean(to_ref):.0f}" + never(to_ref), f"{ratio:.2f}",
                       f"{max(r['peak_rss_total'] for r in mine) / 2**30:.2f}", f"{mean(r['wall_seconds'] for r in mine):.0f}"])
         for s, r, t in zip(seeds, mine, to_ref):
             rows.append(dict(method=method, seed=s, convergence_accuracy=r["convergence_accuracy"],
                              rounds_to_95pct=r["rounds_to_95pct"], oscillations=r["oscillations"],
+                             staleness_mean=staleness(r),
                              virtual_time=r["virtual_time"], time_to_fedavg_accuracy=t,
                              peak_rss_gb=r["peak_rss_total"] / 2**30, wall_seconds=r["wall_seconds"]))
     print_report(
         f"Semi-async FL: {args.model} on {args.dataset}, {args.partition}, N = {args.clients}, K = {args.buffer}, "
         f"1:{args.speed_ratio}, {args.ranks} ranks, seeds {args.seeds}",
-        ["method", "conv. acc %", "rounds to 95%", "oscillations", "virtual time", "time to FedAvg acc",
+        ["method", "conv. acc %", "rounds to 95%", "oscillations", "staleness", "virtual time", "time to FedAvg acc",
          "vs sync", "peak RSS GB", "wall s"], table,
-        "conv. acc: mean of the last 20 evaluated rounds; time to FedAvg acc: virtual time at which the run first "
+        "conv. acc: mean of the last 20 evaluated rounds; staleness: mean staleness of the aggregated updates; time to FedAvg acc: virtual time at which the run first "
         "reaches semi-async FedAvg's convergence accuracy (same seed; mean over the seeds that did); vs sync: that time over synchronous FedAvg's; "
         "peak RSS: all ranks together, the largest over seeds.")
     conv = {m: mean(runs[m, s]["convergence_accuracy"] for s in seeds) for m in methods}

@@ -106,3 +106,21 @@ def test_new_rules_and_sample_weights_end_to_end(tmp_path):
     w = files["wkafl"]["round/weights"][:]
     np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-12)
     assert np.all(w >= 0)
+
+
+def test_regime_benchmark_runs_every_method_in_the_papers_setting(monkeypatch):
+    import os
+
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    import fedqs_regime
+    import semiasync
+
+    args = semiasync.parse(fedqs_regime.semiasync_argv(fedqs_regime.parse([]), "dirichlet:0.1"))
+    assert (args.clients, args.buffer, args.speed_ratio, args.local_epochs, args.batch_size, args.lr) == \
+        (100, 10, 50, 2.0, 50, 0.1)
+    assert args.reuse and args.partition == "dirichlet:0.1" and args.csv.endswith("fedqs_regime_dirichlet0.1.csv")
+    for method in args.methods.split(","):
+        flags = semiasync.flags_for(args, method, 0)
+        assert flags[-2:] == ["--clip-grad-norm", "20"]  # every method clipped alike
+        parse_args(flags)  # each method's flags are a valid configuration
+    assert {"mstep", "wkafl", "fedavg:weighting=samples", "fedqs-sgd:fedqs-variant=authors"} <= set(args.methods.split(","))

@@ -1,0 +1,72 @@
+"""FedQS in (a reduced form of) its paper's regime: every rule, Dirichlet 0.1 and 0.5.
+
+    python benchmarks/fedqs_regime.py                                  # the whole grid
+    python benchmarks/fedqs_regime.py --partitions dirichlet:0.1 --seeds 0 --rounds 100
+
+The paper's setting (arXiv 2510.07664, Section 5.1 and Appendix D; the authors' code as
+summarised in ../shared/ALGORITHMS.md §3): N = 100 clients, K = 10, Dirichlet(x) labels,
+2 local epochs of the client's own data, batch 50, SGD 0.1, gradient-norm clip 20 for
+every method, speed ratio 1:50, 400 rounds, ResNet-18 on CIFAR-10. Here: FashionMNIST
+(CIFAR-10 is read from user files only), and the model is a flag (default LeNet-5, which
+has no BatchNorm: fdahpc's only BatchNorm model is ResNet-18, far too slow for 100
+clients on 2 cores). Every method runs with ``--clip-grad-norm 20``.
+
+Methods (``benchmarks/semiasync.py`` syntax): FedAvg and FedSGD uniform and sample-weighted,
+FedQS-Avg and FedQS-SGD in both variants, FedBuff, M-step, WKAFL, and synchronous FedAvg
+(the same mode with ``--buffer N``). Per partition it runs ``semiasync.py`` into
+``--out-dir/<partition>`` and writes ``benchmarks/fedqs_regime_<partition>.csv``; with
+``--reuse`` (the default) finished run files are read, not rerun, so an interrupted grid
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import _common  # noqa: F401
+from _common import REPO_ROOT
+
+import semiasync
+
+METHODS = ("fedavg", "fedavg:weighting=samples", "fedqs-avg", "fedqs-avg:fedqs-variant=authors",
+           "fedsgd", "fedsgd:weighting=samples", "fedqs-sgd", "fedqs-sgd:fedqs-variant=authors",
+           "fedbuff", "mstep", "wkafl", "sync-fedavg")
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--partitions", default="dirichlet:0.1,dirichlet:0.5")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--model", default="lenet5")
+    p.add_argument("--rounds", type=int, default=200)
+    p.add_argument("--ranks", type=int, default=2, help="2: one host computes every job (about one busy core)")
+    p.add_argument("--eval-every", type=int, default=2)
+    p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "fedqs-regime"))
+    p.add_argument("--no-reuse", action="store_true", help="rerun finished runs instead of reading them")
+    return p.parse_args(argv)
+
+
+def semiasync_argv(args, partition: str) -> list[str]:
+    """``benchmarks/semiasync.py``'s command line for one partition of the grid."""
+    tag = partition.replace(":", "")
+    flags = ["--methods", args.methods, "--seeds", args.seeds, "--ranks", str(args.ranks), "--dataset", "fashion-mnist",
+             "--model", args.model, "--partition", partition, "--clients", "100", "--buffer", "10", "--speed-ratio", "50",
+             "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50", "--lr", "0.1",
+             "--eval-every", str(args.eval_every), "--extra", "--clip-grad-norm 20",
+             "--out-dir", os.path.join(args.out_dir, tag),
+             "--csv", os.path.join(REPO_ROOT, "benchmarks", f"fedqs_regime_{tag}.csv")]
+    return flags + ([] if args.no_reuse else ["--reuse"])
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    for partition in args.partitions.split(","):
+        semiasync.main(semiasync_argv(args, partition))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
