@@ -239,7 +239,7 @@ def test_collectives_contract_over_gloo():
     if shutil.which("mpiexec") is None:
         pytest.skip("mpiexec not found: pip install 'fdahpc[mpich]'")
     proc = run_python(["-m", "pytest", "-q", "--with-mpi", "-m", "mpi or distributed", "-p", "no:cacheprovider",
-                       "tests/test_comm.py", "tests/test_train.py", "tests/test_fda.py", "tests/test_fedopt.py", "tests/test_pinned.py"],
+                       "tests/test_comm.py", "tests/test_train.py", "tests/test_fda.py", "tests/test_fedopt.py", "tests/test_reference.py"],
                       ranks=2, timeout=300, env_extra={"FDAHPC_TEST_BACKEND": "torch"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "failed" not in proc.stdout

@@ -211,7 +211,7 @@ class Synchronizer:
         Measured on this rank (its communicator counts every byte it hands to a
         collective) and multiplied by K: every rank issues the same collectives with the
         same sizes, client sampling included (a rank left out still takes part in the
-        AllReduce). ``tests/test_bytes.py`` checks the total against the paper's formula
+        AllReduce). ``tests/test_reference.py`` checks the total against the paper's formula
         for every preset and the per-rank counts against each other.
         """
         now = self._training_bytes()
