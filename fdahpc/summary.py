@@ -1,11 +1,14 @@
 """One line per run file, for finished runs and runs still being written alike.
 
     python -m fdahpc.summary runs/*.h5
+    python -m fdahpc.summary --provenance run.h5   # also what decided its bits
 
 Columns: status, strategy, K (workers; semi-asynchronous: clients N and buffer K), steps
 (rounds), synchronizations, training GB, the last test accuracy, and where the target
 accuracy was first reached. Everything is computed from the series, so a running job's
-line is as current as its last flush (each evaluation).
+line is as current as its last flush (each evaluation). ``--provenance`` adds, under the
+table, each file's record of versions, kernels, threads, hosts, job and commit, one block
+per segment (the first run and each resume; :mod:`fdahpc.provenance`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Summary", "summarize", "main"]
+__all__ = ["Summary", "summarize", "provenance_of", "main"]
 
 _SERIES = ("eval/step", "eval/accuracy", "eval/comm_bytes", "sync/step",
            "round/version", "round/accuracy", "round/bytes")
@@ -67,6 +70,31 @@ def summarize(path: str) -> Summary:
                    float(acc[-1]) if len(acc) else float("nan"), _reached(target, steps, acc))
 
 
+def provenance_of(path: str) -> list[dict]:
+    """The provenance segments a run file records ([] for files written before it existed)."""
+    import json
+
+    from .metrics import read_run_file
+
+    attrs, _ = read_run_file(path, ())
+    text = _text(attrs.get("provenance", "")) or "[]"
+    return json.loads(text)
+
+
+def format_provenance(path: str) -> str:
+    from .provenance import format_lines
+
+    segments = provenance_of(path)
+    if not segments:
+        return f"{path}: no provenance recorded (written by an older fdahpc)"
+    lines = [f"{path}:"]
+    for i, record in enumerate(segments):
+        title = "run" if i == 0 else f"resumed at {record.get('started_at')}"
+        lines.append(f"  [{title}]")
+        lines += [f"    {line}" for line in format_lines(record)]
+    return "\n".join(lines)
+
+
 def format_table(rows: Sequence[Summary]) -> str:
     header = ("status", "strategy", "K", "steps", "syncs", "GB", "accuracy", "target", "file")
     lines = [header] + [(r.status, r.strategy, r.workers, str(r.steps), str(r.syncs), f"{r.gigabytes:.4f}",
@@ -77,8 +105,10 @@ def format_table(rows: Sequence[Summary]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    show_provenance = "--provenance" in args
+    args = [a for a in args if a != "--provenance"]
     if not args or args[0] in ("-h", "--help"):
-        print(__doc__.strip().splitlines()[0] + "\nusage: python -m fdahpc.summary RUN.h5 [RUN.h5 ...]",
+        print(__doc__.strip().splitlines()[0] + "\nusage: python -m fdahpc.summary [--provenance] RUN.h5 [RUN.h5 ...]",
               file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
     rows, code = [], 0
@@ -90,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = 2
     if rows:
         print(format_table(rows))
+    if show_provenance:
+        for row in rows:
+            print("\n" + format_provenance(row.path))
     return code
 
 

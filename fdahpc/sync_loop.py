@@ -7,6 +7,7 @@ One loop: a local step → the strategy (maybe sync) → evaluation on schedule 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -135,7 +136,7 @@ def train(s: Setup, stop=None) -> dict:
     """
     import torch
 
-    from . import checkpoint, faults
+    from . import checkpoint, faults, provenance
     from .control import Diverged, agree, stopped
     from .metrics import open_run_file
     from .worker import local_steps
@@ -158,7 +159,8 @@ def train(s: Setup, stop=None) -> dict:
         progress = load_rank_state(s, s.resumed.state)
         if comm.is_root:
             log.info("resumed from %s at step %d", s.resumed.folder, progress.step)
-    run = open_run_file(s.out, comm.is_root, attrs, s.resumed)
+    segments = provenance.start(comm, s.resumed)
+    run = open_run_file(s.out, comm.is_root, dict(attrs, provenance=json.dumps(segments)), s.resumed)
     strategy.sink = run.append  # sync/step, fda/*, round/* series
     result = progress.result
     nan_step = faults.nan_at(comm.rank)
@@ -188,7 +190,8 @@ def train(s: Setup, stop=None) -> dict:
         run.flush()
         progress.wall_seconds = elapsed()
         return checkpoint.save_or_warn(comm, cfg.checkpoint_dir, step, rank_state(s, progress),
-                                       dict(identity, run_file=os.path.abspath(s.out), run_rows=run.rows()))
+                                       dict(identity, provenance=segments, run_file=os.path.abspath(s.out),
+                                            run_rows=run.rows()))
 
     started = time.perf_counter()
     wall_before = progress.wall_seconds

@@ -17,6 +17,7 @@ Inf in an update or the global model ends every rank with exit code 3.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -138,7 +139,7 @@ def run(s: SemiAsyncSetup, stop=None) -> dict:
     decides when the run stops, hosts follow its messages. Returns the result; its
     ``exit_code`` is 1 when a stop signal's checkpoint could not be written.
     """
-    from .. import checkpoint
+    from .. import checkpoint, provenance
     from ..control import Diverged, stopped
     from ..metrics import open_run_file
 
@@ -149,6 +150,7 @@ def run(s: SemiAsyncSetup, stop=None) -> dict:
         s.role.load_state_dict(s.resumed.state["role"])
         comm.load_state_dict(s.resumed.state["comm"])
     identity = checkpoint.identity(cfg, comm.world_size, s.flat.dim)
+    segments = provenance.start(comm, s.resumed)
     run_file = None
 
     def save(position: int) -> str | None:
@@ -156,7 +158,7 @@ def run(s: SemiAsyncSetup, stop=None) -> dict:
         meta = {}
         if run_file is not None:
             run_file.flush()
-            meta = dict(identity, run_file=os.path.abspath(s.out), run_rows=run_file.rows())
+            meta = dict(identity, provenance=segments, run_file=os.path.abspath(s.out), run_rows=run_file.rows())
         return checkpoint.save_or_warn(comm, cfg.checkpoint_dir, position,
                                        {"role": s.role.state_dict(), "comm": comm.state_dict()}, meta, unit="round")
 
@@ -165,7 +167,7 @@ def run(s: SemiAsyncSetup, stop=None) -> dict:
     attrs = dict(mode="semiasync", strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, partition=cfg.partition,
                  world_size=comm.world_size, clients=cfg.clients, buffer=cfg.buffer, rounds=cfg.rounds,
                  speed_ratio=cfg.speed_ratio, scenario=cfg.scenario or "", params=s.flat.dim,
-                 target_accuracy=cfg.target_accuracy or -1.0, config=cfg.to_json())
+                 target_accuracy=cfg.target_accuracy or -1.0, config=cfg.to_json(), provenance=json.dumps(segments))
     run_file = open_run_file(s.out, True, attrs, s.resumed)
     if s.resumed is not None:
         log.info("resumed from %s at round %d", s.resumed.folder, s.role.version)
