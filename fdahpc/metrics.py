@@ -3,7 +3,8 @@
 Schema (readers such as ``fdahpc.plot`` rely on it):
 - root attributes: ``strategy model dataset partition world_size workers params steps
   syncs comm_bytes comm_bytes_rank0 final_accuracy target_accuracy steps_to_target
-  comm_bytes_to_target wall_seconds config`` (JSON of the full TrainConfig), plus more;
+  comm_bytes_to_target wall_seconds config`` (JSON of the full TrainConfig), ``provenance``
+  (JSON: one record per segment, the run and each resume; :mod:`fdahpc.provenance`), plus more;
 - 1-D datasets grouped by what they record: ``eval/step eval/accuracy eval/loss
   eval/comm_bytes``, ``sync/step``, and whatever a strategy adds (``fda/h`` ...);
 - ``final/model``: the flat float32 model at the end (rank 0's in the synchronous mode).
