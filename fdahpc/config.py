@@ -213,9 +213,6 @@ def _validate(c: TrainConfig) -> None:
     from .worker import check_clip
 
     check_clip(c.clip_grad_norm)
-    # The sync loop (sync_loop.py) does not pass the clip to worker.local_steps yet.
-    _require(c.clip_grad_norm is None or c.mode == "semiasync",
-             "--clip-grad-norm: applied by the semi-asynchronous clients only so far; use --mode semiasync or drop it")
     _require(c.log_every >= 1, f"--log-every {c.log_every}: must be >= 1")
     from .comm import BACKENDS, DEVICES, TORCH_BACKENDS
 

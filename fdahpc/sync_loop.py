@@ -204,7 +204,7 @@ def train(s: Setup, stop=None) -> dict:
     try:
         for step in range(progress.step + 1, s.total_steps + 1):
             if strategy.participating:  # a worker left out of this round keeps the global model
-                loss = local_steps(s.model, s.batches, 1, s.optimizer.step, s.optimizer.zero_grad)
+                loss = local_steps(s.model, s.batches, 1, s.optimizer.step, s.optimizer.zero_grad, cfg.clip_grad_norm)
                 progress.running_loss += loss
                 if step == nan_step:
                     faults.poison(s.model)

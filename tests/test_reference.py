@@ -228,3 +228,17 @@ def test_the_weight_tolerance_catches_a_one_percent_learning_rate_change(comm, t
     setup, *_ = _run(comm, tmp_path, "synchronous", lr=1.01 * PRESETS["synchronous"].lr)
     worst = max(dist for _, dist in weight_distances(fingerprint(setup.model), ref["weights"][comm.rank]))
     assert worst > 30 * WEIGHT_RTOL, worst
+
+
+def test_clip_grad_norm_reaches_the_sync_loop(comm, tmp_path):
+    """``--clip-grad-norm`` in the synchronous mode: far above every gradient it changes no
+    bit; at 0.05 it slows training, so the model lands far from the unclipped one."""
+    import torch
+
+    ref = comm.bcast_obj(_load().get(f"fedavg@{comm.world_size}") if comm.is_root else None)
+    loose, *_ = _run(comm, tmp_path, "fedavg", clip_grad_norm=1e9)
+    plain, *_ = _run(comm, tmp_path, "fedavg")
+    assert torch.equal(loose.flat.w, plain.flat.w)
+    tight, *_ = _run(comm, tmp_path, "fedavg", clip_grad_norm=0.05)
+    worst = max(dist for _, dist in weight_distances(fingerprint(tight.model), ref["weights"][comm.rank]))
+    assert worst > 30 * WEIGHT_RTOL, worst
