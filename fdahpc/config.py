@@ -36,7 +36,7 @@ class TrainConfig:
     mode: str = _f("sync", "sync (every rank a worker, in lockstep) or semiasync (rank 0 serves, the others host --clients)")
     strategy: str | None = _f(None, "strategy (sync mode, default sketchfda) or aggregation rule (semiasync, default fedqs-avg); see --help")
     sync: str | None = _f(None, "override the strategy's trigger: periodic, linear or sketch")
-    model: str = _f("lenet5", "lenet5, mlr, cnn, vgg16star or resnet18")
+    model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star or resnet18")
     dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10 or synthetic")
     data_dir: str | None = _f(None, "folder with the dataset files (IDX or CIFAR-10 python batches)")
     partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C or mix:...")

@@ -26,7 +26,16 @@ def test_param_counts_match_the_papers(name, shape, low, high):
 def test_small_models_have_exact_closed_form_counts():
     assert count_params(build_model("mlr", 1, 28, 10)) == 28 * 28 * 10 + 10
     assert count_params(build_model("lenet5", 1, 28, 10)) == 61_706
+    assert count_params(build_model("lenet5bn", 1, 28, 10)) == 61_706 + 2 * (6 + 16)  # BatchNorm's γ and β
 
+
+def test_lenet5bn_normalizes_with_running_statistics_as_buffers():
+    model = build_model("lenet5bn", 1, 28, 10)
+    running = {name: b.numel() for name, b in model.named_buffers() if "running" in name}
+    assert sum(running.values()) == 2 * (6 + 16)
+    model.train()
+    model(torch.randn(16, 1, 28, 28) * 3 + 1)
+    assert not torch.equal(model[1].running_mean, torch.zeros(6))  # training updates them
 
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("shape", [MNIST, CIFAR])
@@ -73,7 +82,7 @@ def test_count_params_skips_frozen():
 
 
 def test_unknown_name_lists_the_choices():
-    with pytest.raises(ValueError, match=r"model 'lenet': unknown; choose one of lenet5, mlr, cnn, vgg16star, resnet18"):
+    with pytest.raises(ValueError, match=r"model 'lenet': unknown; choose one of lenet5, lenet5bn, mlr, cnn, vgg16star, resnet18"):
         build_model("lenet", 1, 28, 10)
 
 
