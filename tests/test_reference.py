@@ -8,7 +8,7 @@ Two kinds of reproducibility, tested apart (README, "Reproducibility"):
 - **Bit for bit** holds between two runs on one machine with the same wheels and one
   thread per rank: a resumed run against an uninterrupted one (``test_resume.py``,
   ``test_semiasync_checkpoint.py``), lagged against blocking FDA (``test_fda.py``), the
-  same seed on 2 and 3 semi-asynchronous ranks (``test_semiasync.py``). Those tests compare
+  same seed on 2, 3 and 5 semi-asynchronous ranks (``test_semiasync.py``). Those tests compare
   two runs made in the same session, never a stored digest.
 - **Across machines** torch picks its float32 kernels by CPU (AVX-512, AVX2 or the portable
   ones, ``ATEN_CPU_CAPABILITY``; oneDNN picks its own, ``ONEDNN_MAX_CPU_ISA``), and they sum
