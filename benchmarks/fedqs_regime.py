@@ -7,9 +7,9 @@ The paper's setting (arXiv 2510.07664, Section 5.1 and Appendix D; the authors' 
 summarised in ../shared/ALGORITHMS.md §3): N = 100 clients, K = 10, Dirichlet(x) labels,
 2 local epochs of the client's own data, batch 50, SGD 0.1, gradient-norm clip 20 for
 every method, speed ratio 1:50, 400 rounds, ResNet-18 on CIFAR-10. Here: FashionMNIST
-(CIFAR-10 is read from user files only), and the model is a flag (default LeNet-5, which
-has no BatchNorm: fdahpc's only BatchNorm model is ResNet-18, far too slow for 100
-clients on 2 cores). Every method runs with ``--clip-grad-norm 20``.
+(CIFAR-10 is read from user files only), and the model is a flag, by default ``lenet5bn``
+(LeNet-5 with BatchNorm: a BatchNorm model small enough for 100 clients on 2 cores;
+ResNet-18 is not). Every method runs with ``--clip-grad-norm 20``.
 
 Methods (``benchmarks/semiasync.py`` syntax): FedAvg and FedSGD uniform and sample-weighted,
 FedQS-Avg and FedQS-SGD in both variants, FedBuff, M-step, WKAFL, and synchronous FedAvg
@@ -40,7 +40,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--partitions", default="dirichlet:0.1,dirichlet:0.5")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--model", default="lenet5")
+    p.add_argument("--model", default="lenet5bn")
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--ranks", type=int, default=2, help="2: one host computes every job (about one busy core)")
     p.add_argument("--eval-every", type=int, default=2)
