@@ -14,7 +14,8 @@ aggregation instead: ``round/version round/virtual_time round/wall_seconds
 round/accuracy round/loss round/staleness_mean round/staleness_max round/bytes``,
 ``round/types`` (rows of FSBC, FWBC, SWBC, SSBC counts), ``round/clients`` (rows of the
 aggregated ids, -1 padded), ``round/weights`` (the rule's weight of each, NaN padded),
-``round/lr_mean round/momentum_mean`` (of the jobs aggregated); root attributes ``convergence_accuracy rounds_to_95pct
+``round/lr_mean round/momentum_mean`` (of the jobs aggregated), and per aggregated update
+``round/update_staleness round/n_samples round/feedback round/G`` (-1 or NaN padded); root attributes ``convergence_accuracy rounds_to_95pct
 oscillations virtual_time`` among others.
 
 Status: the root attribute ``status`` is ``running`` while the job writes the file, then
