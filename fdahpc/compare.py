@@ -15,7 +15,6 @@ that cannot be read.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 
@@ -33,9 +32,10 @@ def _mode(attrs) -> str:
 
 
 def _kernels(attrs) -> dict | None:
-    text = attrs.get("provenance", "")
-    text = text.decode() if isinstance(text, bytes) else str(text)
-    return json.loads(text)[-1] if text else None
+    from .provenance import segments_of
+
+    segments = segments_of(attrs)
+    return segments[-1] if segments else None
 
 
 def compare(a: str, b: str, rtol: float = 1e-4, accuracy_atol: float = 2e-3) -> tuple[str, list[str]]:
@@ -45,14 +45,13 @@ def compare(a: str, b: str, rtol: float = 1e-4, accuracy_atol: float = 2e-3) -> 
     from .metrics import read_run_file
     from .provenance import kernel_differences
 
-    head_a, _ = read_run_file(a, ())
-    head_b, _ = read_run_file(b, ())
+    # One read a file: every series either mode writes (the other mode's come back empty).
+    names = ("final/model", *(name for events, scores in _SERIES.values() for name in (events, *scores)))
+    head_a, sa = read_run_file(a, names)
+    head_b, sb = read_run_file(b, names)
     if _mode(head_a) != _mode(head_b):
         raise ValueError(f"{a} is a {_mode(head_a)} run and {b} a {_mode(head_b)} run; compare runs of one mode")
     events, scores = _SERIES[_mode(head_a)]
-    names = ("final/model", events, *scores)
-    _, sa = read_run_file(a, names)
-    _, sb = read_run_file(b, names)
     lines, verdict = [], "identical"
 
     def worse(v: str) -> None:

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["this_rank", "gather", "kernels", "kernel_differences", "start", "format_lines"]
+__all__ = ["this_rank", "gather", "kernels", "kernel_differences", "start", "segments_of", "format_lines"]
 
 log = logging.getLogger("fdahpc")
 
@@ -151,6 +151,13 @@ def start(comm, resumed=None) -> list[dict[str, Any]]:
                         "continues, but it will not equal an uninterrupted run bit for bit",
                         resumed.folder, "; ".join(diffs))
     return history + [record]
+
+
+def segments_of(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records a run file's root attributes hold ([] for files written before them)."""
+    text = attrs.get("provenance", "")
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    return json.loads(text) if text else []
 
 
 def format_lines(record: dict[str, Any]) -> list[str]:

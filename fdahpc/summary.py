@@ -72,13 +72,10 @@ def summarize(path: str) -> Summary:
 
 def provenance_of(path: str) -> list[dict]:
     """The provenance segments a run file records ([] for files written before it existed)."""
-    import json
-
     from .metrics import read_run_file
+    from .provenance import segments_of
 
-    attrs, _ = read_run_file(path, ())
-    text = _text(attrs.get("provenance", "")) or "[]"
-    return json.loads(text)
+    return segments_of(read_run_file(path, ())[0])
 
 
 def format_provenance(path: str) -> str:

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..aggregate import weighted_sum
+from ..aggregate import _positive, weighted_sum
 
 __all__ = ["Update", "Rule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL", "FedQSAvg", "FedQSSGD", "RULES",
            "SEMIASYNC_RULES", "FEEDBACK_WEIGHTS", "FEEDBACK_ALIASES", "WEIGHTINGS", "G_CAP", "feedback_weight",
@@ -341,12 +341,6 @@ RULES: dict[str, type] = {r.name: r for r in (FedAvg, FedSGD, FedBuff, MStep, WK
 SEMIASYNC_RULES = tuple(RULES)
 #: Rules whose --server-lr means something (FedBuff's and WKAFL's η_s, M-step's α).
 SERVER_LR_RULES = ("fedbuff", "mstep", "wkafl")
-
-
-def _positive(value, name: str, example: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} {value!r}: must be a positive finite number, e.g. {example}")
-    return float(value)
 
 
 def build_rule(name: str, server_lr: float | None = None, feedback: bool = True, variant: str = "paper",
