@@ -116,44 +116,73 @@ def never(values) -> str:
     return f" ({missing} never)" if missing else ""
 
 
+FIELDS = ("method", "seed", "convergence_accuracy", "rounds_to_95pct", "oscillations", "staleness_mean", "virtual_time",
+          "time_to_fedavg_accuracy", "peak_rss_gb", "wall_seconds")
+
+
+def read_rows(path: str) -> dict[tuple[str, int], dict]:
+    """The rows of an earlier ``--csv``, keyed by (method, seed): finished results of a resumed grid."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, newline="") as fh:
+        return {(r["method"], int(r["seed"])): {k: (v if k == "method" else int(v) if k == "seed" else float(v))
+                                                for k, v in r.items()} for r in csv.DictReader(fh)}
+
+
+def write_rows(path: str, rows: dict[tuple[str, int], dict], order: dict[str, int]) -> None:
+    """Every row, this call's and earlier calls' alike, by seed and then in the order of ``--methods``."""
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(sorted(rows.values(), key=lambda r: (r["seed"], order.get(r["method"], len(order)), r["method"])))
+
+
+def row_of(method: str, seed: int, run: dict, reference: float) -> dict:
+    """One run's figures; ``reference`` is semi-async FedAvg's convergence accuracy on the same seed."""
+    return dict(method=method, seed=seed, convergence_accuracy=run["convergence_accuracy"],
+                rounds_to_95pct=run["rounds_to_95pct"], oscillations=run["oscillations"], staleness_mean=staleness(run),
+                virtual_time=run["virtual_time"], time_to_fedavg_accuracy=time_to(run, reference),
+                peak_rss_gb=run["peak_rss_total"] / 2**30, wall_seconds=run["wall_seconds"])
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     methods, seeds = args.methods.split(","), [int(s) for s in args.seeds.split(",")]
     os.makedirs(args.out_dir, exist_ok=True)
-    runs: dict[tuple[str, int], dict] = {}
+    done = read_rows(args.csv) if args.reuse and args.csv else {}
+    order = {m: i for i, m in enumerate(methods)}
     for seed in seeds:
         for method in methods:
+            if (method, seed) in done:
+                continue
             out = os.path.join(args.out_dir, f"{method.replace(':', '_').replace('=', '-')}-seed{seed}.h5")
+            run = None
             if args.reuse and os.path.exists(out):
                 try:
-                    runs[method, seed] = read_run(out)
-                    continue
+                    run = read_run(out)
                 except (RuntimeError, OSError):
                     pass  # unfinished or unreadable: run it again
-            runs[method, seed] = run_train(args.ranks, flags_for(args, method, seed), out, args.timeout)
-            r = runs[method, seed]
-            print(f"{method} seed {seed}: convergence accuracy {r['convergence_accuracy']:.4f}, "
-                  f"virtual time {r['virtual_time']}, {r['wall_seconds']:.0f} s", file=sys.stderr, flush=True)
-    ref = {s: runs["fedavg", s]["convergence_accuracy"] for s in seeds if ("fedavg", s) in runs}
-    rows, table = [], []
+            if run is None:
+                run = run_train(args.ranks, flags_for(args, method, seed), out, args.timeout)
+                print(f"{method} seed {seed}: convergence accuracy {run['convergence_accuracy']:.4f}, "
+                      f"virtual time {run['virtual_time']}, {run['wall_seconds']:.0f} s", file=sys.stderr, flush=True)
+            reference = (run if method == "fedavg" else done.get(("fedavg", seed), {})).get("convergence_accuracy", float("nan"))
+            done[method, seed] = row_of(method, seed, run, reference)
+            if args.csv:  # after every run, so that an interrupted grid keeps what it finished
+                write_rows(args.csv, done, order)
+    table = []
     for method in methods:
-        mine = [runs[method, s] for s in seeds]
-        to_ref = [time_to(runs[method, s], ref[s]) if s in ref else float("nan") for s in seeds]
-        sync_to_ref = [time_to(runs["sync-fedavg", s], ref[s]) if ("sync-fedavg", s) in runs and s in ref
-                       else float("nan") for s in seeds]
+        mine = [done[method, s] for s in seeds]
+        to_ref = [r["time_to_fedavg_accuracy"] for r in mine]
+        sync_to_ref = [done["sync-fedavg", s]["time_to_fedavg_accuracy"] if ("sync-fedavg", s) in done else float("nan")
+                       for s in seeds]
         ratio = mean([a / b for a, b in zip(to_ref, sync_to_ref)])
         accs = [r["convergence_accuracy"] for r in mine]
         table.append([method, f"{100 * mean(accs):.2f}" + (f" ± {100 * statistics.stdev(accs):.2f}" if len(accs) > 1 else ""),
                       f"{mean(r['rounds_to_95pct'] for r in mine):.0f}", f"{mean(r['oscillations'] for r in mine):.1f}",
-                      f"{mean(staleness(r) for r in mine):.2f}",
+                      f"{mean(r['staleness_mean'] for r in mine):.2f}",
                       f"{mean(r['virtual_time'] for r in mine):.0f}", f"{mean(to_ref):.0f}" + never(to_ref), f"{ratio:.2f}",
-                      f"{max(r['peak_rss_total'] for r in mine) / 2**30:.2f}", f"{mean(r['wall_seconds'] for r in mine):.0f}"])
-        for s, r, t in zip(seeds, mine, to_ref):
-            rows.append(dict(method=method, seed=s, convergence_accuracy=r["convergence_accuracy"],
-                             rounds_to_95pct=r["rounds_to_95pct"], oscillations=r["oscillations"],
-                             staleness_mean=staleness(r),
-                             virtual_time=r["virtual_time"], time_to_fedavg_accuracy=t,
-                             peak_rss_gb=r["peak_rss_total"] / 2**30, wall_seconds=r["wall_seconds"]))
+                      f"{max(r['peak_rss_gb'] for r in mine):.2f}", f"{mean(r['wall_seconds'] for r in mine):.0f}"])
     print_report(
         f"Semi-async FL: {args.model} on {args.dataset}, {args.partition}, N = {args.clients}, K = {args.buffer}, "
         f"1:{args.speed_ratio}, {args.ranks} ranks, seeds {args.seeds}",
@@ -162,7 +191,7 @@ def main(argv=None) -> int:
         "conv. acc: mean of the last 20 evaluated rounds; staleness: mean staleness of the aggregated updates; time to FedAvg acc: virtual time at which the run first "
         "reaches semi-async FedAvg's convergence accuracy (same seed; mean over the seeds that did); vs sync: that time over synchronous FedAvg's; "
         "peak RSS: all ranks together, the largest over seeds.")
-    conv = {m: mean(runs[m, s]["convergence_accuracy"] for s in seeds) for m in methods}
+    conv = {m: mean(done[m, s]["convergence_accuracy"] for s in seeds) for m in methods}
     goals = []
     if {"fedavg", "fedqs-avg"} <= conv.keys():
         gain = 100 * (conv["fedqs-avg"] - conv["fedavg"])
@@ -171,15 +200,13 @@ def main(argv=None) -> int:
         gain = 100 * (conv["fedqs-sgd"] - conv["fedsgd"])
         goals.append(f"FedQS-SGD >= FedSGD: {'met' if gain >= 0 else 'MISSED'} ({gain:+.2f} points)")
     if {"fedavg", "sync-fedavg"} <= conv.keys():
-        r = mean(time_to(runs["fedavg", s], ref[s]) / time_to(runs["sync-fedavg", s], ref[s]) for s in seeds)
+        r = mean(done["fedavg", s]["time_to_fedavg_accuracy"] / done["sync-fedavg", s]["time_to_fedavg_accuracy"]
+                 for s in seeds)
         goals.append(f"virtual time to FedAvg's accuracy <= 50 % of synchronous: {'met' if r <= 0.5 else 'MISSED'} "
                      f"({100 * r:.0f} %; NaN: synchronous never got there, raise --sync-rounds)")
     print("\n".join(goals))
     if args.csv:
-        with open(args.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(args.csv, done, order)
     return 0
 
 
