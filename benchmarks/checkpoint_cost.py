@@ -48,7 +48,7 @@ def _measure(model: str, dataset: str, args, comm) -> list:
 
     from fdahpc import checkpoint
     from fdahpc.config import TrainConfig
-    from fdahpc.sync_loop import Progress, build, rank_state
+    from fdahpc.run import build
     from fdahpc.worker import local_steps
 
     cfg = TrainConfig(strategy="fedavg", model=model, dataset=dataset, out=os.path.join(args.dir, f"{model}.h5"))
@@ -60,7 +60,8 @@ def _measure(model: str, dataset: str, args, comm) -> list:
         if i:
             step_times.append(time.perf_counter() - t)
     step = _slowest(comm, median(step_times))
-    state = rank_state(s, Progress())
+    s.job.fresh()
+    state = s.job.state_dict()
     root = os.path.join(args.dir, f"ck-{model}")
     plain, synced, ckpt = [], [], []
     meta = checkpoint.identity(cfg, comm.world_size, s.flat.dim)

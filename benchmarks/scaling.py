@@ -307,8 +307,8 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
     from mpi4py import MPI
 
     from fdahpc.config import parse_args
-    from fdahpc.strategies import uses_sketch
-    from fdahpc.sync_loop import build, train
+    from fdahpc.run import build, mode_of
+    from fdahpc.run import run as train
 
     mpi_comm = comm.comm
     total = args.warmup_steps + args.steps
@@ -319,11 +319,7 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
                  *(["--data-dir", data_dir] if data_dir else []), "--max-steps", str(total), "--epochs", "1000",
                  "--log-every", "1000000", "--threads", "1", "--out", out]
         cfg = parse_args(flags)
-        if uses_sketch(cfg) and comm.is_root:  # as fdahpc.train: rank 0 compiles or loads the kernels first
-            from fdahpc.sketch import compile_kernels
-
-            compile_kernels()
-        comm.barrier()
+        mode_of(cfg.mode).prepare(cfg, comm)  # as fdahpc.train: rank 0 compiles or loads the kernels first
         t_build = time.perf_counter()
         setup = build(cfg, comm)
         comm.barrier()

@@ -51,7 +51,7 @@ def baseline_worker(args) -> None:
     from mpi4py import MPI
 
     from fdahpc.config import TrainConfig
-    from fdahpc.semiasync import build
+    from fdahpc.run import build
 
     comm = MPI.COMM_WORLD
     torch.set_num_threads(1)

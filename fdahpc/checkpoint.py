@@ -8,8 +8,8 @@ Layout of ``--checkpoint-dir DIR``::
 A checkpoint is complete when its manifest exists: every rank writes its file under a
 temporary name, fsyncs and renames it; the ranks then agree that all of them succeeded,
 and only then does rank 0 write the manifest (again temporary name, fsync, rename). The
-manifest names each file with its size and CRC-32, the run's identity (mode, world size,
-strategy, model, dataset, ...), the run's provenance (:mod:`fdahpc.provenance`: versions,
+manifest names each file with its size and CRC-32, the run's identity (world size, model
+size and every option that may not change on ``--resume``), its whole configuration, the run's provenance (:mod:`fdahpc.provenance`: versions,
 kernels, hosts; one record per segment) and the run file's row counts. Rank 0 keeps the newest
 ``keep`` complete checkpoints and removes older ones and any incomplete leftovers.
 
@@ -40,11 +40,11 @@ import torch
 from . import faults
 
 __all__ = ["MANIFEST", "CheckpointError", "Resumed", "identity", "check_folder", "save", "latest", "resolve",
-           "read_manifest", "check_identity", "load_rank", "find", "open_for_resume", "save_or_warn"]
+           "read_manifest", "check_identity", "changed_options", "load_rank", "find", "open_for_resume", "save_or_warn"]
 
 MANIFEST = "manifest.json"
 FORMAT = "fdahpc-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: the identity holds every option that is not resumable, and the manifest the whole config
 _NAME = re.compile(r"^ckpt-(\d{9})$")
 _NDARRAY = "__ndarray__"
 log = logging.getLogger("fdahpc")
@@ -62,15 +62,30 @@ def _folder(root: str, position: int) -> str:
     return os.path.join(root, f"ckpt-{position:09d}")
 
 
+def _options(cfg) -> dict[str, Any]:
+    """Every option of ``cfg`` as the manifest stores it (JSON values)."""
+    return json.loads(cfg.to_json())
+
+
 def identity(cfg, world_size: int, params: int) -> dict[str, Any]:
-    """What must match between a checkpoint and the run resuming it."""
-    ident = dict(mode=cfg.mode, world_size=world_size, strategy=cfg.strategy, model=cfg.model,
-                 dataset=cfg.dataset, partition=cfg.partition, params=params, seed=cfg.seed)
-    if cfg.mode == "semiasync":
-        ident.update(clients=cfg.clients, buffer=cfg.buffer)
-    else:
-        ident.update(sync=cfg.sync)
-    return ident
+    """What must match between a checkpoint and the run resuming it: the world size, the
+    model's size and every option not marked resumable in :mod:`fdahpc.config` (the
+    strategy's Θ, τ, learning rates, ... as well as the model, data and partition)."""
+    from .config import RESUMABLE
+
+    return dict(world_size=world_size, params=params,
+                **{name: value for name, value in _options(cfg).items() if name not in RESUMABLE})
+
+
+def changed_options(cfg, resumed: "Resumed | None") -> dict[str, tuple[Any, Any]]:
+    """The resumable options this run changes against its checkpoint, ``{name: (old, new)}``
+    (``--resume`` itself aside); they take effect, and the run file records them."""
+    from .config import RESUMABLE
+
+    if resumed is None:
+        return {}
+    old, new = resumed.manifest.get("config", {}), _options(cfg)
+    return {k: (old.get(k), new[k]) for k in sorted(RESUMABLE - {"resume"}) if old.get(k) != new[k]}
 
 
 def check_folder(root: str) -> None:
@@ -284,8 +299,11 @@ def read_manifest(folder: str) -> dict:
 
 
 def check_identity(manifest: dict, expected: dict, folder: str) -> None:
-    """Refuse a checkpoint of another run: one line naming each difference."""
-    diffs = [f"{k} {manifest.get(k)!r} (this run: {v!r})" for k, v in expected.items() if manifest.get(k) != v]
+    """Refuse a checkpoint of another run: one line naming each difference (options by their flag)."""
+    def name(k: str) -> str:
+        return k.replace("_", " ") if k in ("world_size", "params") else "--" + k.replace("_", "-")
+
+    diffs = [f"{name(k)} {manifest.get(k)!r} (this run: {v!r})" for k, v in expected.items() if manifest.get(k) != v]
     if diffs:
         raise CheckpointError(f"--resume {folder}: written by a different run: {'; '.join(diffs)}; "
                               "resume with the same settings or start without --resume")

@@ -16,18 +16,13 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["MODES", "TrainConfig", "parse_args"]
+__all__ = ["TrainConfig", "parse_args", "RESUMABLE"]
 
-#: sync: every rank is a worker, all step together. semiasync: rank 0 serves, the other
-#: ranks host many virtual clients (FedQS, FedBuff, async FedAvg/FedSGD).
-MODES = ("sync", "semiasync")
-#: Defaults of the semi-asynchronous mode (the FedQS paper's N, K and rounds).
-SEMIASYNC_DEFAULTS = {"strategy": "fedqs-avg", "clients": 100, "buffer": 10, "rounds": 400}
-SYNC_DEFAULTS = {"strategy": "sketchfda"}
-
-
-def _f(default, help: str, **extra):
-    return field(default=default, metadata={"help": help, **extra})
+def _f(default, help: str, *, resumable: bool = False, **extra):
+    """A field with its ``--help`` line. ``resumable``: the option may change on ``--resume``
+    and takes effect there (recorded in the run file); every other option belongs to the
+    checkpoint's identity, and a resume that changes it is refused."""
+    return field(default=default, metadata={"help": help, "resumable": resumable, **extra})
 
 
 @dataclass(frozen=True)
@@ -38,17 +33,17 @@ class TrainConfig:
     sync: str | None = _f(None, "override the strategy's trigger: periodic, linear or sketch")
     model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star or resnet18")
     dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10 or synthetic")
-    data_dir: str | None = _f(None, "folder with the dataset files (IDX or CIFAR-10 python batches)")
+    data_dir: str | None = _f(None, "folder with the dataset files (IDX or CIFAR-10 python batches)", resumable=True)
     partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C or mix:...")
     # Local training. The FDA paper trains LeNet-5 with Adam (lr 1e-3), batch 32.
     batch_size: int = _f(32, "minibatch size per worker")
     optimizer: str | None = _f(None, "local optimizer: adam, adamw, sgd or nesterov (default: the strategy's; adam for FDA)")
     lr: float | None = _f(None, "local learning rate (default: the strategy's; 1e-3 for FDA)")
     weight_decay: float = _f(0.0, "local weight decay")
-    epochs: float = _f(5.0, "training length in epochs of the mean partition (fractions allowed)")
-    max_steps: int | None = _f(None, "stop after this many local steps (overrides --epochs when smaller)")
-    target_accuracy: float | None = _f(None, "stop as soon as the averaged model reaches this test accuracy")
-    eval_every: int | None = _f(None, "also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)")
+    epochs: float = _f(5.0, "training length in epochs of the mean partition (fractions allowed)", resumable=True)
+    max_steps: int | None = _f(None, "stop after this many local steps (overrides --epochs when smaller)", resumable=True)
+    target_accuracy: float | None = _f(None, "stop as soon as the averaged model reaches this test accuracy", resumable=True)
+    eval_every: int | None = _f(None, "also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)", resumable=True)
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
@@ -62,8 +57,8 @@ class TrainConfig:
     sketch_rows: int | None = _f(None, "AMS sketch rows l")
     sketch_cols: int | None = _f(None, "AMS sketch columns m")
     sketch_eps: float | None = _f(None, "SketchFDA ε (default 1/sqrt(sketch_cols))")
-    log_variance: bool = _f(False, "also compute the exact model variance every step (costs a full AllReduce)")
-    fda_log_every: int = _f(1, "store FDA's estimate H every N steps")
+    log_variance: bool = _f(False, "also compute the exact model variance every step (costs a full AllReduce)", resumable=True)
+    fda_log_every: int = _f(1, "store FDA's estimate H every N steps", resumable=True)
     # Server optimizers, client sampling, FedAdp.
     server_lr: float | None = _f(None, "server learning rate η_s, by default each rule's own")
     server_momentum: float = _f(0.9, "FedAvgM server momentum β")
@@ -78,7 +73,7 @@ class TrainConfig:
     # Semi-asynchronous mode (FedQS paper defaults).
     clients: int | None = _f(None, "semiasync: number of virtual clients N, spread over ranks 1..R-1 (default 100)")
     buffer: int | None = _f(None, "semiasync: aggregate when K updates are buffered (default 10; --buffer N = synchronous FL)")
-    rounds: int | None = _f(None, "semiasync: number of aggregations (default 400)")
+    rounds: int | None = _f(None, "semiasync: number of aggregations (default 400)", resumable=True)
     speed_ratio: int = _f(50, "semiasync: client i needs r_i ~ U{1..RATIO} virtual time units per local job")
     scenario: str | None = _f(None, "semiasync: shift@ROUND:RATIO, fluctuate:A, dropout@ROUND:FRACTION (comma-separated)")
     fedqs_a: float = _f(0.002, "FedQS learning-rate change rate a")
@@ -97,29 +92,32 @@ class TrainConfig:
     fedqs_no_momentum: bool = _f(False, "FedQS ablation: no momentum for any client type")
     fedqs_no_feedback: bool = _f(False, "FedQS ablation: no feedback weights (base weights n_i/n only)")
     # Output and runtime.
-    out: str | None = _f(None, "HDF5 run file (default runs/<strategy>-<timestamp>.h5)")
-    checkpoint_dir: str | None = _f(None, "folder for checkpoints (the newest two complete ones are kept); also written on SIGTERM/SIGUSR1 and at the end")
-    checkpoint_every: int | None = _f(None, "write a checkpoint every N steps (semiasync: rounds) into --checkpoint-dir")
-    resume: str | None = _f(None, "continue from a checkpoint folder, or auto: the newest in --checkpoint-dir (a fresh start when there is none)")
-    stop_check_every: int = _f(10, "steps (semiasync: rounds) between the ranks' agreement on signals and divergence")
+    out: str | None = _f(None, "HDF5 run file (default runs/<strategy>-<timestamp>.h5)", resumable=True)
+    checkpoint_dir: str | None = _f(None, "folder for checkpoints (the newest two complete ones are kept); also written on SIGTERM/SIGUSR1 and at the end", resumable=True)
+    checkpoint_every: int | None = _f(None, "write a checkpoint every N steps (semiasync: rounds) into --checkpoint-dir", resumable=True)
+    resume: str | None = _f(None, "continue from a checkpoint folder, or auto: the newest in --checkpoint-dir (a fresh start when there is none)", resumable=True)
+    stop_check_every: int = _f(10, "steps (semiasync: rounds) between the ranks' agreement on signals and divergence", resumable=True)
     backend: str = _f("auto", "communicator: auto (torch under torchrun or a plain srun, MPI under mpirun/srun --mpi, "
-                      "else local), mpi, torch (NCCL on GPUs, gloo on CPUs), nccl, gloo or local")
+                      "else local), mpi, torch (NCCL on GPUs, gloo on CPUs), nccl, gloo or local", resumable=True)
     device: str = _f("auto", "where the model trains: cpu, cuda (one GPU per local rank; needs a torch backend) or auto "
-                     "(cuda when GPUs are visible and the backend is not mpi)")
-    comm_timeout: float = _f(600.0, "torch backends: seconds a collective may wait for the other ranks before the job fails")
-    threads: int = _f(1, "torch/numba threads per rank (1 avoids oversubscription under MPI)")
-    log_every: int = _f(50, "print progress every N steps (rank 0)")
+                     "(cuda when GPUs are visible and the backend is not mpi)", resumable=True)
+    comm_timeout: float = _f(600.0, "torch backends: seconds a collective may wait for the other ranks before the job fails", resumable=True)
+    threads: int = _f(1, "torch/numba threads per rank (1 avoids oversubscription under MPI)", resumable=True)
+    log_every: int = _f(50, "print progress every N steps (rank 0)", resumable=True)
 
     def __post_init__(self) -> None:
-        # Mode-dependent defaults are resolved once, here, so every reader sees a value.
-        if self.mode in MODES:
-            defaults = SEMIASYNC_DEFAULTS if self.mode == "semiasync" else SYNC_DEFAULTS
-            for name, value in defaults.items():
-                if getattr(self, name) is None:
-                    object.__setattr__(self, name, value)
+        from .run import mode_of
+
+        # Defaults that depend on the mode (or on other options) are resolved once, here,
+        # by the mode, so every reader sees a value.
+        mode = mode_of(self.mode)
+        for name, value in mode.resolve(self).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         object.__setattr__(self, "server_betas", _pair(self.server_betas))
         object.__setattr__(self, "theta", theta_value(self.theta))
         _validate(self)
+        mode.check(self)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -158,6 +156,16 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The options that may change on ``--resume`` (and take effect there); the others are
+#: the checkpoint's identity.
+RESUMABLE = frozenset(f.name for f in fields(TrainConfig) if f.metadata["resumable"])
+
+
+def one_of(name: str, value: str, choices) -> None:
+    """``ValueError`` naming the flag and the choices unless ``value`` is one of them."""
+    _require(value in choices, f"{name} {value!r}: unknown; choose one of {', '.join(choices)}")
+
+
 def _require(ok: bool, msg: str) -> None:
     if not ok:
         raise ValueError(msg)
@@ -170,11 +178,6 @@ def _validate(c: TrainConfig) -> None:
     from .models import MODELS
     from .strategies import ANGLE_MODES, TRIGGERS, WEIGHTINGS
 
-    def one_of(name: str, value: str, choices) -> None:
-        _require(value in choices, f"{name} {value!r}: unknown; choose one of {', '.join(choices)}")
-
-    one_of("--mode", c.mode, MODES)
-    _validate_mode(c, one_of)
     if c.sync is not None:
         one_of("--sync", c.sync, TRIGGERS)
     one_of("--model", c.model, MODELS)
@@ -190,6 +193,7 @@ def _validate(c: TrainConfig) -> None:
     # The strategies' own ranges (Θ, the sketch, the server optimizers, FedAdp's α, client
     # sampling) are checked where they are used, by the classes that use them.
     one_of("--fedadp-angles", c.fedadp_angles, ANGLE_MODES)
+    _require(c.theta_auto_epochs > 0, f"--theta-auto-epochs {c.theta_auto_epochs}: must be > 0, e.g. 1")
     one_of("--weighting", c.weighting, WEIGHTINGS)
     _require(c.weight_decay >= 0, f"--weight-decay {c.weight_decay}: must be >= 0")
     _require(c.epochs > 0, f"--epochs {c.epochs}: must be > 0, e.g. --epochs 5")
@@ -214,60 +218,11 @@ def _validate(c: TrainConfig) -> None:
 
     check_clip(c.clip_grad_norm)
     _require(c.log_every >= 1, f"--log-every {c.log_every}: must be >= 1")
-    from .comm import BACKENDS, DEVICES, TORCH_BACKENDS
+    from .comm import BACKENDS, DEVICES
 
     one_of("--backend", c.backend, BACKENDS)
     one_of("--device", c.device, DEVICES)
     _require(c.comm_timeout > 0, f"--comm-timeout {c.comm_timeout}: must be > 0 seconds, e.g. 600")
-    if c.mode == "semiasync":
-        _require(c.backend not in TORCH_BACKENDS, f"--backend {c.backend}: the semi-asynchronous coordinator needs MPI's "
-                 "probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
-        _require(c.device != "cuda", "--device cuda: the semi-asynchronous mode trains on CPUs; use --device cpu or --mode sync")
-
-
-def _validate_mode(c: TrainConfig, one_of) -> None:
-    """The strategy belongs to the mode, and each mode's own flags stay in it."""
-    from .semiasync.clock import parse_scenarios
-    from .semiasync.fedqs import SIMILARITIES
-    from .semiasync import fedqs_params
-    from .semiasync.rules import FEEDBACK_ALIASES, FEEDBACK_WEIGHTS, SEMIASYNC_RULES
-    from .strategies import STRATEGIES
-
-    if c.mode == "sync":
-        if c.strategy in SEMIASYNC_RULES and c.strategy not in STRATEGIES:
-            raise ValueError(f"--strategy {c.strategy}: a semi-asynchronous rule; add --mode semiasync or choose one of {', '.join(STRATEGIES)}")
-        one_of("--strategy", c.strategy, STRATEGIES)
-        _require(c.weighting == "uniform" or c.strategy != "fedadp",
-                 "--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
-        for name in ("clients", "buffer", "rounds", "scenario"):
-            _require(getattr(c, name) is None, f"--{name}: only used with --mode semiasync; add it or drop --{name}")
-        from .strategies import trigger_of
-
-        if not trigger_of(c.strategy, c.sync).threshold:
-            for flag, used in (("--theta auto", c.theta == "auto"), (f"--fda-lag {c.fda_lag}", c.fda_lag != 0)):
-                _require(not used, f"{flag}: {c.strategy} has no FDA trigger; use linearfda or sketchfda "
-                         "(or --sync linear / --sync sketch), or drop it")
-        _require(c.theta_auto_epochs > 0, f"--theta-auto-epochs {c.theta_auto_epochs}: must be > 0, e.g. 1")
-        return
-    if c.strategy in STRATEGIES and c.strategy not in SEMIASYNC_RULES:
-        raise ValueError(f"--strategy {c.strategy}: a synchronous strategy; use --mode sync or choose one of {', '.join(SEMIASYNC_RULES)}")
-    one_of("--strategy", c.strategy, SEMIASYNC_RULES)
-    _require(c.weighting == "uniform" or c.strategy in ("fedavg", "fedsgd"),
-             f"--weighting {c.weighting}: in semiasync mode only fedavg and fedsgd take it ({c.strategy} weighs updates itself); drop it")
-    for name in ("sync", "clients_per_round", "max_steps"):
-        flag = "--" + name.replace("_", "-")
-        _require(getattr(c, name) is None, f"{flag}: not used with --mode semiasync; drop it (--rounds sets the length)")
-    _require(c.clients >= 1, f"--clients {c.clients}: must be >= 1, e.g. --clients 100")
-    _require(1 <= c.buffer <= c.clients, f"--buffer {c.buffer}: must be in [1, --clients {c.clients}], e.g. --buffer 10")
-    _require(c.rounds >= 1, f"--rounds {c.rounds}: must be >= 1, e.g. --rounds 400")
-    _require(c.speed_ratio >= 1, f"--speed-ratio {c.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
-    parse_scenarios(c.scenario)
-    if c.strategy.startswith("fedqs"):
-        _require(c.optimizer in (None, "sgd"), f"--optimizer {c.optimizer}: FedQS clients train with their own SGD heavy-ball step; drop --optimizer")
-    fedqs_params(c)  # FedQS's ranges are checked where they live
-    one_of("--fedqs-similarity", c.fedqs_similarity, SIMILARITIES)
-    if c.fedqs_feedback is not None:
-        one_of("--fedqs-feedback", c.fedqs_feedback, FEEDBACK_WEIGHTS + tuple(FEEDBACK_ALIASES))
 
 
 # Command line -----------------------------------------------------------------------

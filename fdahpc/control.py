@@ -31,17 +31,11 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
-        self._previous = {}
 
     def install(self) -> "StopRequest":
         for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._note)
+            signal.signal(sig, self._note)
         return self
-
-    def uninstall(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
 
     def _note(self, signum, frame) -> None:
         self.signal_name = signal.Signals(signum).name

@@ -1,7 +1,7 @@
 """The HDF5 run file, written by rank 0 only.
 
 Schema (readers such as ``fdahpc.plot`` rely on it):
-- root attributes: ``strategy model dataset partition world_size workers params steps
+- root attributes: ``mode strategy model dataset partition world_size params steps
   syncs comm_bytes comm_bytes_rank0 final_accuracy target_accuracy steps_to_target
   comm_bytes_to_target wall_seconds config`` (JSON of the full TrainConfig), ``provenance``
   (JSON: one record per segment, the run and each resume; :mod:`fdahpc.provenance`), plus more;
@@ -9,7 +9,7 @@ Schema (readers such as ``fdahpc.plot`` rely on it):
   eval/comm_bytes``, ``sync/step``, and whatever a strategy adds (``fda/h`` ...);
 - ``final/model``: the flat float32 model at the end (rank 0's in the synchronous mode).
 
-Semi-asynchronous runs (root attribute ``mode = "semiasync"``) write one row per
+Every run file says its ``mode`` (``sync`` or ``semiasync``). Semi-asynchronous runs write one row per
 aggregation instead: ``round/version round/virtual_time round/wall_seconds
 round/accuracy round/loss round/staleness_mean round/staleness_max round/bytes``,
 ``round/types`` (rows of FSBC, FWBC, SWBC, SSBC counts), ``round/clients`` (rows of the

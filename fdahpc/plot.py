@@ -68,7 +68,7 @@ def run_label(attrs: dict, config: dict) -> str:
         if config.get("scenario"):
             parts.append(_text(config["scenario"]))
         return " ".join(parts + [_text(attrs.get("partition", config.get("partition", "")))])
-    workers = attrs.get("workers", attrs.get("world_size"))
+    workers = attrs.get("world_size")
     if workers is not None:
         parts.append(f"K={_text(workers)}")
     if _threshold_trigger(strategy, config.get("sync")) and config.get("theta") is not None:

@@ -137,12 +137,14 @@ def kernel_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]
     return diffs
 
 
-def start(comm, resumed=None) -> list[dict[str, Any]]:
+def start(comm, resumed=None, changed: dict | None = None) -> list[dict[str, Any]]:
     """Collective, at the start of a run or of a resumed segment: the records of every
     segment so far (the checkpoint's, then this one, which starts at the checkpoint's step
-    or round). When the checkpoint's last segment ran on other kernels, rank 0 says so in
-    one line."""
+    or round, with the options it changed, ``{name: [old, new]}``). When the checkpoint's
+    last segment ran on other kernels, rank 0 says so in one line."""
     record = dict(gather(comm), started_at=resumed.manifest.get("position", 0) if resumed is not None else 0)
+    if changed:
+        record["options_changed"] = {k: list(v) for k, v in changed.items()}
     history = list(resumed.manifest.get("provenance", [])) if resumed is not None else []
     if comm.is_root and history:
         diffs = kernel_differences(history[-1], record)

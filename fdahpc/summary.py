@@ -64,7 +64,7 @@ def summarize(path: str) -> Summary:
                        float(acc[scored][-1]) if scored.any() else float("nan"),
                        _reached(target, rounds[scored], acc[scored]))
     steps, acc = s["eval/step"], s["eval/accuracy"]
-    return Summary(path, status, strategy, str(attrs.get("workers", attrs.get("world_size", "?"))),
+    return Summary(path, status, strategy, str(attrs.get("world_size", "?")),
                    int(steps[-1]) if len(steps) else 0, len(s["sync/step"]),
                    float(s["eval/comm_bytes"][-1]) / 1e9 if len(steps) else 0.0,
                    float(acc[-1]) if len(acc) else float("nan"), _reached(target, steps, acc))

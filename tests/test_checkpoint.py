@@ -100,7 +100,7 @@ def test_identity_mismatch_names_each_difference(tmp_path):
     manifest = dict(checkpoint.identity(cfg, 4, 100))
     with pytest.raises(checkpoint.CheckpointError) as err:
         checkpoint.check_identity(manifest, checkpoint.identity(TrainConfig(strategy="fedavg"), 2, 100), "ck")
-    assert "world_size 4 (this run: 2)" in str(err.value) and "strategy 'linearfda' (this run: 'fedavg')" in str(err.value)
+    assert "world size 4 (this run: 2)" in str(err.value) and "--strategy 'linearfda' (this run: 'fedavg')" in str(err.value)
 
 
 def test_unwritable_checkpoint_dir_fails_at_setup(tmp_path):
@@ -144,7 +144,7 @@ def test_run_file_resume_cuts_rows_back_to_the_checkpoint(tmp_path):
 
 def test_run_file_is_readable_while_open_and_leaves_no_temporary_files(tmp_path):
     path = str(tmp_path / "r.h5")
-    run = RunFile(path, {"strategy": "sketchfda", "workers": 2, "target_accuracy": 0.5})
+    run = RunFile(path, {"strategy": "sketchfda", "world_size": 2, "target_accuracy": 0.5})
     run.append("eval/step", 10)
     run.append("eval/accuracy", 0.6)
     run.append("eval/comm_bytes", 2e9)
@@ -156,14 +156,14 @@ def test_run_file_is_readable_while_open_and_leaves_no_temporary_files(tmp_path)
 
 
 def test_summary_lines_for_running_and_finished_files(tmp_path, capsys):
-    running = RunFile(str(tmp_path / "a.h5"), {"strategy": "sketchfda", "workers": 2, "target_accuracy": 0.5})
+    running = RunFile(str(tmp_path / "a.h5"), {"strategy": "sketchfda", "world_size": 2, "target_accuracy": 0.5})
     for step, acc in ((10, 0.4), (20, 0.6)):
         running.append("eval/step", step)
         running.append("eval/accuracy", acc)
         running.append("eval/comm_bytes", step * 1e8)
     running.append("sync/step", 15)
     running.flush()
-    empty = RunFile(str(tmp_path / "b.h5"), {"strategy": "fedavg", "workers": 4})
+    empty = RunFile(str(tmp_path / "b.h5"), {"strategy": "fedavg", "world_size": 4})
     assert summary_main([running.path, empty.path]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[:8] == ["running", "sketchfda", "2", "20", "1", "2.0000", "0.6000", "0.5@20"]

@@ -9,7 +9,7 @@ from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
 from fdahpc.sketch import AmsSketch
 from fdahpc.strategies.fda import LinearFDATrigger, SketchFDATrigger
-from fdahpc.sync_loop import build
+from fdahpc.run import build
 
 D = 2000
 
@@ -150,7 +150,7 @@ def test_same_decisions_on_four_ranks():
 
 
 def test_log_variance_records_exact_variance(tmp_path):
-    from fdahpc.sync_loop import train
+    from fdahpc.run import run as train
 
     cfg = TrainConfig(dataset="mnist5k", batch_size=16, strategy="linearfda", theta=0.5, max_steps=30,
                       log_variance=True, fda_log_every=3, out=str(tmp_path / "v.h5"), log_every=10**6)
@@ -197,7 +197,7 @@ def test_readme_trigger_example_registers_and_runs(tmp_path):
     from fdahpc.comm import LocalCommunicator
     from fdahpc.config import TrainConfig
     from fdahpc.strategies import TRIGGERS
-    from fdahpc.sync_loop import build, train
+    from fdahpc.run import build, run as train
 
     text = open(f"{REPO}/README.md").read()
     block = re.search(r"## Adding a trigger or a rule.*?```python\n(.*?)```", text, re.S).group(1)

@@ -17,7 +17,7 @@ def _write_run(path, strategy, target=0.9, **config):
     with h5py.File(path, "w") as h5:
         h5.attrs.update(
             strategy=strategy, model="lenet5", dataset="mnist5k", partition=cfg["partition"],
-            world_size=2, workers=2, params=61706, steps=400, syncs=3, comm_bytes=10**7,
+            world_size=2, params=61706, steps=400, syncs=3, comm_bytes=10**7,
             comm_bytes_rank0=5 * 10**6, final_accuracy=0.93, target_accuracy=target,
             steps_to_target=300, comm_bytes_to_target=8 * 10**6, wall_seconds=1.0,
             config=json.dumps(cfg),

@@ -40,7 +40,7 @@ import numpy as np
 import pytest
 
 from fdahpc.config import TrainConfig
-from fdahpc.sync_loop import build, train
+from fdahpc.run import build, run as train
 from naive import paper_comm_bytes
 
 pytestmark = pytest.mark.distributed

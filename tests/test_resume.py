@@ -56,8 +56,8 @@ def test_stop_and_resume_equals_straight_run(tmp_path, family):
 def test_resume_refuses_another_world_size_or_strategy(tmp_path):
     ck = str(tmp_path / "ck")
     assert _train(tmp_path, "a", "--strategy", "fedavg", "--max-steps", "10", "--checkpoint-dir", ck).returncode == 0
-    for ranks, extra, needle in ((1, ["--strategy", "fedavg"], "world_size 2 (this run: 1)"),
-                                 (2, ["--strategy", "linearfda"], "strategy 'fedavg' (this run: 'linearfda')")):
+    for ranks, extra, needle in ((1, ["--strategy", "fedavg"], "world size 2 (this run: 1)"),
+                                 (2, ["--strategy", "linearfda"], "--strategy 'fedavg' (this run: 'linearfda')")):
         proc = run_python([*BASE, *extra, "--max-steps", "20", "--checkpoint-dir", ck, "--resume", "auto"], ranks=ranks)
         assert proc.returncode == 2
         assert needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr

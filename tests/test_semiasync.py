@@ -73,9 +73,9 @@ def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
 
 @pytest.mark.parametrize("flags,message", [
     (["--clients", "4", "--buffer", "5"], "--buffer 5: must be in [1, --clients 4]"),
-    (["--strategy", "sketchfda"], "--strategy sketchfda: a synchronous strategy; use --mode sync"),
+    (["--strategy", "sketchfda"], "--strategy sketchfda: a synchronous strategy; add --mode sync"),
     (["--scenario", "dropout@10"], "--scenario 'dropout@10'"),
-    (["--sync", "linear"], "--sync: not used with --mode semiasync"),
+    (["--sync", "linear"], "--sync: only used with --mode sync"),
 ])
 def test_bad_semiasync_flags_one_line_exit_2(flags, message):
     res = run_python(["-m", "fdahpc.train", "--mode", "semiasync", *flags], ranks=2, timeout=60)

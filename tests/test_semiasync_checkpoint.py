@@ -103,8 +103,8 @@ def test_checkpoints_taken_mid_run_change_nothing_and_resume_exactly(runs):
 
 
 @pytest.mark.parametrize("flags,ranks,difference", [
-    (["--clients", "6"], 3, "clients 5 (this run: 6)"),
-    ([], 2, "world_size 3 (this run: 2)"),
+    (["--clients", "6"], 3, "--clients 5 (this run: 6)"),
+    ([], 2, "world size 3 (this run: 2)"),
 ])
 def test_resume_of_another_run_is_refused_in_one_line(runs, flags, ranks, difference):
     if runs["flags"] != RULES["fedqs-avg"]:

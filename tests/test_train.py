@@ -12,7 +12,7 @@ from conftest import run_python
 from naive import paper_comm_bytes
 from fdahpc.config import TrainConfig
 
-from fdahpc.sync_loop import build, train
+from fdahpc.run import build, run as train
 from fdahpc.worker import BatchStream, make_optimizer
 
 SMALL = dict(dataset="mnist5k", model="lenet5", batch_size=16, log_every=10**6)

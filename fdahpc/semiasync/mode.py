@@ -1,0 +1,213 @@
+"""``--mode semiasync``: the mode object, and the job that puts the roles on the ranks.
+
+Rank 0 serves (:class:`.server.Server`), ranks 1..R-1 host the clients (:class:`.client.Host`);
+the run around them (setup, resume, run file, exit code) is :mod:`fdahpc.run`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..run import Job, Mode, Outcome, load_data, new_model
+
+__all__ = ["MODE", "SemiAsyncMode", "SemiAsyncJob", "fedqs_params", "host_of"]
+
+#: Local training defaults of this mode: SGD at the FedQS paper's η0 = 0.1.
+DEFAULT_OPTIMIZER, DEFAULT_LR = "sgd", 0.1
+#: The FedQS paper's N, K and rounds; the buffer never exceeds the clients.
+DEFAULT_CLIENTS, DEFAULT_BUFFER, DEFAULT_ROUNDS = 100, 10, 400
+
+
+def fedqs_params(cfg):
+    """Mod②'s hyper-parameters from the flags; validated (one wording) by FedQSParams."""
+    from .fedqs import FedQSParams
+
+    return FedQSParams(eta0=cfg.lr or DEFAULT_LR, a=cfg.fedqs_a, m0=cfg.fedqs_m0, k=cfg.fedqs_k,
+                       lr_min=cfg.fedqs_lr_min, lr_max=cfg.fedqs_lr_max, momentum=not cfg.fedqs_no_momentum,
+                       variant=cfg.fedqs_variant, similarity=cfg.fedqs_similarity,
+                       authors_momentum=cfg.fedqs_authors_momentum)
+
+
+def host_of(num_clients: int, world_size: int) -> np.ndarray:
+    """The rank that hosts each client: round robin over ranks 1..R-1."""
+    return 1 + np.arange(num_clients) % (world_size - 1)
+
+
+def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.ndarray, fedqs: bool):
+    """Per-client shares of this host's rows (in ``mine`` order), views of them; for FedQS
+    also the label test's rows, up to 20 per label of the client's own training samples
+    picked in a seeded order (nothing held out from training)."""
+    from ..worker import BatchStream
+    from .client import ClientData
+    from .clock import VALIDATION, stream_rng
+    from .fedqs import label_probe
+
+    out, offset = {}, 0
+    for c in mine:
+        n = len(parts[c])
+        xt, yt = x[offset : offset + n], y[offset : offset + n]  # views
+        offset += n
+        steps = cfg.tau if cfg.tau is not None else max(1, math.ceil(cfg.local_epochs * n / cfg.batch_size))
+        probe = label_probe(yt, stream_rng(cfg.seed, VALIDATION + c).permutation(n)) if fedqs else None
+        out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c), steps, probe)
+    return out
+
+
+class SemiAsyncMode(Mode):
+    name = "semiasync"
+    unit = "round"
+    noun = "a semi-asynchronous rule"
+    options = ("clients", "buffer", "rounds", "scenario")
+
+    def strategies(self) -> tuple[str, ...]:
+        from .rules import SEMIASYNC_RULES
+
+        return SEMIASYNC_RULES
+
+    def resolve(self, cfg) -> dict:
+        clients = cfg.clients if cfg.clients is not None else DEFAULT_CLIENTS
+        buffer = min(DEFAULT_BUFFER, clients) if isinstance(clients, int) and clients >= 1 else DEFAULT_BUFFER
+        return {"strategy": "fedqs-avg", "clients": clients, "buffer": buffer, "rounds": DEFAULT_ROUNDS}
+
+    def check(self, cfg) -> None:
+        from ..comm import TORCH_BACKENDS
+        from ..config import one_of
+        from .clock import parse_scenarios
+        from .fedqs import SIMILARITIES
+        from .rules import FEEDBACK_ALIASES, FEEDBACK_WEIGHTS
+
+        super().check(cfg)
+
+        def require(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(msg)
+
+        require(cfg.weighting == "uniform" or cfg.strategy in ("fedavg", "fedsgd"),
+                f"--weighting {cfg.weighting}: in semiasync mode only fedavg and fedsgd take it ({cfg.strategy} weighs "
+                "updates itself); drop it")
+        require(cfg.clients >= 1, f"--clients {cfg.clients}: must be >= 1, e.g. --clients 100")
+        require(1 <= cfg.buffer <= cfg.clients, f"--buffer {cfg.buffer}: must be in [1, --clients {cfg.clients}], e.g. --buffer 10")
+        require(cfg.rounds >= 1, f"--rounds {cfg.rounds}: must be >= 1, e.g. --rounds 400")
+        require(cfg.speed_ratio >= 1, f"--speed-ratio {cfg.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
+        parse_scenarios(cfg.scenario)
+        if cfg.strategy.startswith("fedqs"):
+            require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
+                    "SGD heavy-ball step; drop --optimizer")
+        fedqs_params(cfg)  # FedQS's ranges are checked where they live
+        one_of("--fedqs-similarity", cfg.fedqs_similarity, SIMILARITIES)
+        if cfg.fedqs_feedback is not None:
+            one_of("--fedqs-feedback", cfg.fedqs_feedback, FEEDBACK_WEIGHTS + tuple(FEEDBACK_ALIASES))
+        require(cfg.backend not in TORCH_BACKENDS, f"--backend {cfg.backend}: the semi-asynchronous coordinator needs "
+                "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
+        require(cfg.device != "cuda", "--device cuda: the semi-asynchronous mode trains on CPUs; use --device cpu or --mode sync")
+
+    def device(self, cfg) -> str:
+        return "cpu"
+
+    def stem(self, cfg) -> str:
+        return f"semiasync-{cfg.strategy}"
+
+    def build(self, cfg, comm) -> "SemiAsyncJob":
+        """Data, model and role for this rank (no file written)."""
+        from .. import faults
+        from ..data import partition
+        from ..params import FlatParams
+        from .clock import VirtualClock, parse_scenarios
+        from .rules import build_rule
+
+        if not comm.point_to_point:
+            raise ValueError("--mode semiasync: the coordinator needs MPI's probe, which torch.distributed lacks; "
+                             "start it under mpirun or srun --mpi=pmi2 with --backend mpi")
+        if comm.world_size < 2:
+            raise ValueError("--mode semiasync: needs at least 2 ranks (a server and a client host); start it with "
+                             "mpirun -n 2 or more")
+        hosts = host_of(cfg.clients, comm.world_size)
+        mine = [c for c in range(cfg.clients) if hosts[c] == comm.rank]
+        parts: list[np.ndarray] = []
+
+        def my_rows(labels):
+            parts.extend(partition(labels, cfg.clients, cfg.partition, cfg.seed))
+            empty = [c for c, p in enumerate(parts) if len(p) == 0]
+            if empty:
+                raise ValueError(f"--partition {cfg.partition}: {len(empty)} of {cfg.clients} clients got no training "
+                                 f"samples (client {empty[0]}, ...); use fewer --clients or another partition")
+            return np.concatenate([parts[c] for c in mine]) if mine else np.zeros(0, dtype=np.int64)
+
+        data = load_data(cfg, my_rows)
+        model = new_model(cfg, data)
+        flat = FlatParams(model, buffers=True)
+        rule = build_rule(cfg.strategy, server_lr=cfg.server_lr, feedback=not cfg.fedqs_no_feedback,
+                          variant=cfg.fedqs_variant, feedback_weight=cfg.fedqs_feedback, weighting=cfg.weighting)
+        fedqs = fedqs_params(cfg) if rule.needs_client_state else None
+        if comm.is_root:
+            from .server import Server
+
+            clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario))
+            role = Server(comm, model, flat, rule, clock, hosts, torch.from_numpy(data.x_test),
+                          torch.from_numpy(data.y_test), cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
+                          target_accuracy=cfg.target_accuracy, log_every=cfg.log_every)
+        else:
+            from .client import Host
+
+            clients = _split(cfg, mine, parts, data.x_train, data.y_train, fedqs is not None)
+            role = Host(comm, model, flat, clients, uploads=rule.uploads, optimizer=cfg.optimizer or DEFAULT_OPTIMIZER,
+                        lr=cfg.lr or DEFAULT_LR, weight_decay=cfg.weight_decay, seed=cfg.seed,
+                        num_classes=data.num_classes, num_clients=cfg.clients, fedqs=fedqs,
+                        clip_grad_norm=cfg.clip_grad_norm, nan_from=faults.nan_at(comm.rank))
+        return SemiAsyncJob(cfg, comm, model, flat, role)
+
+
+MODE = SemiAsyncMode()
+
+
+@dataclass
+class SemiAsyncJob(Job):
+    """The server on rank 0, a client host elsewhere. ``stop`` matters on rank 0 only: the
+    server decides when the run stops, hosts follow its messages."""
+
+    cfg: object
+    comm: object
+    model: torch.nn.Module
+    flat: object
+    role: object  # the Server on rank 0, a Host elsewhere
+
+    @property
+    def attrs(self) -> dict:
+        c = self.cfg
+        return dict(clients=c.clients, buffer=c.buffer, rounds=c.rounds, speed_ratio=c.speed_ratio, scenario=c.scenario or "")
+
+    @property
+    def position(self) -> int:
+        return getattr(self.role, "version", 0)
+
+    def fresh(self) -> None:
+        self.comm.bcast_(self.flat.state, "control")  # one initial model, whatever each platform's RNG did
+
+    def state_dict(self) -> dict:
+        return {"role": self.role.state_dict(), "comm": self.comm.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.role.load_state_dict(state["role"])
+        self.comm.load_state_dict(state["comm"])
+
+    def final_model(self):
+        return self.flat.state.numpy()
+
+    def summary(self, result: dict, out: str) -> str:
+        return (f"done: {result['rounds_done']} rounds, virtual time {result['virtual_time']}, convergence accuracy "
+                f"{result['convergence_accuracy']:.4f}, final accuracy {result['final_accuracy']:.4f}, "
+                f"{result['comm_bytes'] / 1e9:.4f} GB, {result['wall_seconds']:.1f} s -> {out}")
+
+    def loop(self, session) -> Outcome:
+        """Serve (rank 0) or host clients until the last round."""
+        cfg = self.cfg
+        save = (lambda position: session.save(position, self.state_dict())) if cfg.checkpoint_dir else None
+        if not self.comm.is_root:
+            return Outcome({"jobs": self.role.run(save)}, 0)
+        result = self.role.run(session.run_file, stop=session.stop, save=save, checkpoint_every=cfg.checkpoint_every)
+        stopped_by, folder = result.pop("stopped_by"), result.pop("checkpoint")
+        return Outcome(result, result["rounds_done"], stopped_by, folder)
