@@ -10,8 +10,9 @@
 The averager moves the model's trainable parameters into one flat buffer (the same
 ``nn.Parameter`` objects, new storage), broadcasts rank 0's initial model to every rank,
 and builds the strategy exactly as ``python -m fdahpc.train`` does: the options are the
-command line's (``theta``, ``tau``, ``server_lr``, ``clients_per_round``, ...) with the
-same defaults and the same checks.
+strategy's own (:mod:`fdahpc.options`; ``theta``, ``tau``, ``server_lr``,
+``clients_per_round``, ...), named and checked as on the command line, with the same
+defaults.
 """
 
 from __future__ import annotations
@@ -35,21 +36,20 @@ class ModelAverager:
     def __init__(self, model: nn.Module, comm=None, strategy: str = "sketchfda", *, steps_per_epoch: int | None = None,
                  num_samples: int = 1, seed: int = 0, **options: Any) -> None:
         from .comm import make_communicator
-        from .config import TrainConfig
         from .params import FlatParams
-        from .strategies import PRESETS, build_strategy
+        from .strategies import PRESETS, build_strategy, option_names_of, strategy_options
 
         if strategy not in PRESETS:
             raise ValueError(f"strategy {strategy!r}: unknown; choose one of {', '.join(PRESETS)}")
-        known = set(TrainConfig.__dataclass_fields__)
+        sync = options.pop("sync", None)
+        known = option_names_of(strategy, sync)
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(f"option {unknown[0]!r}: unknown; options are the flags of python -m fdahpc.train "
-                             "with underscores, e.g. theta=1.0, tau=100, server_lr=0.01")
-        cfg = TrainConfig(strategy=strategy, seed=seed, **options)
+            raise ValueError(f"option {unknown[0]!r}: unknown for {strategy}; it takes {', '.join(sorted(known | {'sync'}))}")
+        strategy_options(strategy, sync, options)  # checked before anything is built
         self.comm = comm if comm is not None else make_communicator()
         self.flat = FlatParams(model)
-        self.strategy = build_strategy(cfg, self.comm, self.flat.w, steps_per_epoch, num_samples)
+        self.strategy = build_strategy(strategy, sync, options, self.comm, self.flat.w, steps_per_epoch, num_samples, seed)
         self.comm.bcast_(self.flat.w, "control")  # one initial model everywhere
         self.strategy.reset()
 

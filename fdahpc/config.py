@@ -16,6 +16,9 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .options import (FDAOptions, FedAdamOptions, FedAdpOptions, FedAvgMOptions, MeanOptions, PeriodicOptions,
+                      SamplingOptions, SketchFDAOptions, SketchShape, _pair, theta_value)
+
 __all__ = ["TrainConfig", "parse_args", "RESUMABLE"]
 
 def _f(default, help: str, *, resumable: bool = False, **extra):
@@ -48,28 +51,28 @@ class TrainConfig:
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
     # FDA and schedules.
-    theta: float | str = _f(1.0, "FDA variance threshold Θ (model sync when the estimate exceeds it), or auto: Θ = the "
+    theta: float | str = _f(FDAOptions.theta, "FDA variance threshold Θ (model sync when the estimate exceeds it), or auto: Θ = the "
                             "exact variance of a first round --theta-auto-epochs long", parse="theta")
-    theta_auto_epochs: float = _f(1.0, "--theta auto: length of the first (calibration) round, in epochs")
-    fda_lag: int = _f(0, "1: reduce FDA's state during the next local step and decide one step late (overlaps the AllReduce)")
-    tau: int | None = _f(None, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
-    local_epochs: float = _f(1.0, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
-    sketch_rows: int | None = _f(None, "AMS sketch rows l")
-    sketch_cols: int | None = _f(None, "AMS sketch columns m")
-    sketch_eps: float | None = _f(None, "SketchFDA ε (default 1/sqrt(sketch_cols))")
-    log_variance: bool = _f(False, "also compute the exact model variance every step (costs a full AllReduce)", resumable=True)
-    fda_log_every: int = _f(1, "store FDA's estimate H every N steps", resumable=True)
+    theta_auto_epochs: float = _f(FDAOptions.theta_auto_epochs, "--theta auto: length of the first (calibration) round, in epochs")
+    fda_lag: int = _f(FDAOptions.fda_lag, "1: reduce FDA's state during the next local step and decide one step late (overlaps the AllReduce)")
+    tau: int | None = _f(PeriodicOptions.tau, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
+    local_epochs: float = _f(PeriodicOptions.local_epochs, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
+    sketch_rows: int | None = _f(SketchShape.sketch_rows, "AMS sketch rows l")
+    sketch_cols: int | None = _f(SketchShape.sketch_cols, "AMS sketch columns m")
+    sketch_eps: float | None = _f(SketchFDAOptions.sketch_eps, "SketchFDA ε (default 1/sqrt(sketch_cols))")
+    log_variance: bool = _f(FDAOptions.log_variance, "also compute the exact model variance every step (costs a full AllReduce)", resumable=True)
+    fda_log_every: int = _f(FDAOptions.fda_log_every, "store FDA's estimate H every N steps", resumable=True)
     # Server optimizers, client sampling, FedAdp.
-    server_lr: float | None = _f(None, "server learning rate η_s, by default each rule's own")
-    server_momentum: float = _f(0.9, "FedAvgM server momentum β")
-    server_betas: tuple[float, float] = _f((0.9, 0.999), "FedAdam server β1,β2 (on the command line 0.9,0.999)")
-    server_tau: float = _f(1e-7, "FedAdam adaptivity floor τ")
-    server_bias_correction: bool = _f(False, "FedAdam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
-    weighting: str = _f("uniform", "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg); "
+    server_lr: float | None = _f(FedAdamOptions.server_lr, "server learning rate η_s, by default each rule's own")
+    server_momentum: float = _f(FedAvgMOptions.server_momentum, "FedAvgM server momentum β")
+    server_betas: tuple[float, float] = _f(FedAdamOptions.server_betas, "FedAdam server β1,β2 (on the command line 0.9,0.999)")
+    server_tau: float = _f(FedAdamOptions.server_tau, "FedAdam adaptivity floor τ")
+    server_bias_correction: bool = _f(FedAdamOptions.server_bias_correction, "FedAdam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
+    weighting: str = _f(MeanOptions.weighting, "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg); "
                         "semiasync: fedavg and fedsgd only")
-    clients_per_round: int | None = _f(None, "sample this many of the K workers per round (all when omitted)")
-    fedadp_alpha: float = _f(5.0, "FedAdp Gompertz α")
-    fedadp_angles: str = _f("exact", "FedAdp angles: exact (2 full AllReduces a round) or sketch (1)")
+    clients_per_round: int | None = _f(SamplingOptions.clients_per_round, "sample this many of the K workers per round (all when omitted)")
+    fedadp_alpha: float = _f(FedAdpOptions.fedadp_alpha, "FedAdp Gompertz α")
+    fedadp_angles: str = _f(FedAdpOptions.fedadp_angles, "FedAdp angles: exact (2 full AllReduces a round) or sketch (1)")
     # Semi-asynchronous mode (FedQS paper defaults).
     clients: int | None = _f(None, "semiasync: number of virtual clients N, spread over ranks 1..R-1 (default 100)")
     buffer: int | None = _f(None, "semiasync: aggregate when K updates are buffered (default 10; --buffer N = synchronous FL)")
@@ -125,18 +128,6 @@ class TrainConfig:
 
 
 
-def _pair(raw) -> tuple[float, ...]:
-    """``--server-betas 0.9,0.999`` (or a TOML list) as a tuple of floats."""
-    parts = raw.split(",") if isinstance(raw, str) else raw
-    try:
-        pair = tuple(float(b) for b in parts)
-    except (TypeError, ValueError):
-        pair = ()
-    if len(pair) != 2:
-        raise ValueError(f"--server-betas {raw}: give two numbers, e.g. 0.9,0.999")
-    return pair
-
-
 #: The flags by family: ``--help`` shows one group each, and a TOML file may nest a
 #: family's keys in a table of its name (``[fda]`` ``theta = 2``). Every field is in one.
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -176,10 +167,7 @@ def _validate(c: TrainConfig) -> None:
     # so that importing config stays cheap.
     from .data import DATASETS, parse_partition
     from .models import MODELS
-    from .strategies import ANGLE_MODES, TRIGGERS, WEIGHTINGS
 
-    if c.sync is not None:
-        one_of("--sync", c.sync, TRIGGERS)
     one_of("--model", c.model, MODELS)
     one_of("--dataset", c.dataset, DATASETS)
     if c.optimizer is not None:
@@ -190,11 +178,8 @@ def _validate(c: TrainConfig) -> None:
     _require(c.batch_size >= 1, f"--batch-size {c.batch_size}: must be >= 1, e.g. --batch-size 32")
     if c.lr is not None:
         _require(c.lr > 0 and math.isfinite(c.lr), f"--lr {c.lr}: must be a positive number, e.g. --lr 0.001")
-    # The strategies' own ranges (Θ, the sketch, the server optimizers, FedAdp's α, client
-    # sampling) are checked where they are used, by the classes that use them.
-    one_of("--fedadp-angles", c.fedadp_angles, ANGLE_MODES)
-    _require(c.theta_auto_epochs > 0, f"--theta-auto-epochs {c.theta_auto_epochs}: must be > 0, e.g. 1")
-    one_of("--weighting", c.weighting, WEIGHTINGS)
+    # The strategies' options (Θ, τ, the sketch, the server optimizers, FedAdp, client
+    # sampling) are checked by their own classes (fdahpc.options), when the mode builds them.
     _require(c.weight_decay >= 0, f"--weight-decay {c.weight_decay}: must be >= 0")
     _require(c.epochs > 0, f"--epochs {c.epochs}: must be > 0, e.g. --epochs 5")
     if c.max_steps is not None:
@@ -203,10 +188,6 @@ def _validate(c: TrainConfig) -> None:
         _require(0 < c.target_accuracy <= 1, f"--target-accuracy {c.target_accuracy}: must be in (0, 1], e.g. 0.95")
     if c.eval_every is not None:
         _require(c.eval_every >= 1, f"--eval-every {c.eval_every}: must be >= 1")
-    if c.tau is not None:
-        _require(c.tau >= 1, f"--tau {c.tau}: must be >= 1 local steps")
-    _require(c.local_epochs > 0, f"--local-epochs {c.local_epochs}: must be > 0")
-    _require(c.fda_log_every >= 1, f"--fda-log-every {c.fda_log_every}: must be >= 1")
     if c.checkpoint_every is not None:
         _require(c.checkpoint_every >= 1, f"--checkpoint-every {c.checkpoint_every}: must be >= 1, e.g. --checkpoint-every 500")
         _require(c.checkpoint_dir is not None, "--checkpoint-every: needs --checkpoint-dir DIR to write into; add it")
@@ -236,25 +217,9 @@ class _OneLineParser(argparse.ArgumentParser):
         raise ValueError(f"{message} (see --help)")
 
 
-def theta_value(text: str | float) -> float | str:
-    """``--theta``: a number or the word auto."""
-    if isinstance(text, str) and text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        raise ValueError(f"--theta {text!r}: not a number; give a variance threshold such as 1.0, or auto") from None
-
-
 def _arg_type(f: dataclasses.Field):
     if f.metadata.get("parse") == "theta":
-        def theta_arg(text: str) -> float | str:
-            try:
-                return theta_value(text)
-            except ValueError as exc:
-                raise argparse.ArgumentTypeError(str(exc)) from None
-
-        return theta_arg
+        return str  # a number or auto: TrainConfig parses it, once
     t = str(f.type)
     for name, conv in (("int", int), ("float", float)):
         if t.startswith(name):

@@ -33,9 +33,10 @@ class SyncMode(Mode):
         return {"strategy": "sketchfda"}
 
     def check(self, cfg) -> None:
-        from .strategies import trigger_of
+        from .strategies import strategy_options, trigger_of
 
         super().check(cfg)
+        strategy_options(cfg.strategy, cfg.sync, cfg)  # the trigger's and the rule's options, checked
         if cfg.weighting != "uniform" and cfg.strategy == "fedadp":
             raise ValueError("--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
         if not trigger_of(cfg.strategy, cfg.sync).threshold:
@@ -84,7 +85,8 @@ class SyncMode(Mode):
         optimizer = make_optimizer(*local_optimizer(cfg), model.parameters(), cfg.weight_decay)
         evaluator = Evaluator(comm, new_model(cfg, data).to(comm.device), data.x_test, data.y_test)
         batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank, device=comm.device)
-        strategy = build_strategy(cfg, comm, flat.w, steps_per_epoch, num_samples=len(data.y_train))
+        strategy = build_strategy(cfg.strategy, cfg.sync, cfg, comm, flat.w, steps_per_epoch,
+                                  num_samples=len(data.y_train), seed=cfg.seed)
         return SyncJob(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps)
 
 

@@ -23,10 +23,10 @@ def worker_model(rank, rnd, d=D):
     return (1.0 + 0.1 * g.normal(size=d)).astype(np.float32)
 
 
-def make(comm, strategy, **cfg):
-    conf = TrainConfig(strategy=strategy, **cfg)
+def make(comm, strategy, **options):
     w = torch.from_numpy(worker_model(99, 0))  # the common initial model
-    return build_strategy(conf, comm, w, steps_per_epoch=3, num_samples=100 + 10 * comm.rank)
+    return build_strategy(strategy, options.pop("sync", None), options, comm, w, steps_per_epoch=3,
+                          num_samples=100 + 10 * comm.rank)
 
 
 @pytest.mark.distributed

@@ -120,12 +120,12 @@ BAD_INPUT = [
     (["--device", "cuda"], "--device cuda: --backend mpi reduces CPU buffers"),
     (["--comm-timeout", "0"], "--comm-timeout 0"),
     # Ranges a strategy's own classes check, at build time, in the same one line:
-    (["--theta", "-1"], "theta (--theta) -1.0: must be >= 0"),
+    (["--theta", "-1"], "--theta -1.0: must be >= 0"),
     (["--theta", "often"], "--theta 'often': not a number"),
     (["--strategy", "fedavg", "--theta", "auto"], "--theta auto: fedavg has no FDA trigger"),
     (["--theta", "auto", "--theta-auto-epochs", "0"], "--theta-auto-epochs 0.0: must be > 0"),
-    (["--fda-lag", "2"], "lag (--fda-lag) 2: must be 0"),
-    (["--theta", "0", "--fda-lag", "1"], "lag (--fda-lag) 1: theta 0 averages every step"),
+    (["--fda-lag", "2"], "--fda-lag 2: must be 0"),
+    (["--theta", "0", "--fda-lag", "1"], "--fda-lag 1: theta 0 averages every step"),
     (["--sketch-cols", "0"], "cols (--sketch-cols) 0: must be in [1, 16384]"),
     (["--strategy", "fedadam", "--tau", "5", "--server-tau", "0"], "tau (--server-tau) 0.0: must be a positive"),
 ]

@@ -76,11 +76,14 @@ class SemiAsyncMode(Mode):
     def check(self, cfg) -> None:
         from ..comm import TORCH_BACKENDS
         from ..config import one_of
+        from ..options import MeanOptions, PeriodicOptions, options_from
         from .clock import parse_scenarios
         from .fedqs import SIMILARITIES
         from .rules import FEEDBACK_ALIASES, FEEDBACK_WEIGHTS
 
         super().check(cfg)
+        options_from(PeriodicOptions, cfg)  # a client's local job: --tau or --local-epochs
+        options_from(MeanOptions, cfg)
 
         def require(ok: bool, msg: str) -> None:
             if not ok:

@@ -14,8 +14,8 @@ from typing import NamedTuple
 import torch
 
 from ..comm import Communicator
+from ..options import ANGLE_MODES, WEIGHTINGS, SamplingOptions, SketchShape, option_names, options_from
 from .base import RULES, TRIGGERS, BuildContext, Rule, Synchronizer, Trigger, rule, trigger
-from .fedadp import ANGLE_MODES
 from .participation import Participation
 
 # Every module of this package registers its triggers and rules with @trigger/@rule:
@@ -23,12 +23,9 @@ from .participation import Participation
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-#: How the mean weighs the workers' models (``--weighting``).
-WEIGHTINGS = ("uniform", "samples")
-
 __all__ = ["WEIGHTINGS", "STRATEGIES", "STRATEGY_HELP", "TRIGGERS", "RULES", "ANGLE_MODES", "Preset", "PRESETS", "BuildContext",
            "Trigger", "Rule", "trigger", "rule", "build_strategy", "local_optimizer", "uses_sketch", "trigger_of", "rule_of",
-           "Synchronizer"]
+           "Synchronizer", "StrategyOptions", "strategy_options", "option_names_of"]
 
 
 class Preset(NamedTuple):
@@ -71,18 +68,53 @@ def rule_of(strategy: str) -> type[Rule]:
     return RULES[PRESETS[strategy].rule]
 
 
-def uses_sketch(cfg) -> bool:
-    """Whether this configuration hashes AMS sketches (its trigger or its rule says so)."""
-    return trigger_of(cfg.strategy, cfg.sync).needs_sketch(cfg) or rule_of(cfg.strategy).needs_sketch(cfg)
+class StrategyOptions(NamedTuple):
+    """A strategy's parts and each one's options, built and checked."""
+
+    trigger: type[Trigger]
+    rule: type[Rule]
+    trigger_options: object
+    rule_options: object
+    sampling: SamplingOptions
+    sketch: SketchShape
+
+    @property
+    def uses_sketch(self) -> bool:
+        """Whether it hashes AMS sketches (its trigger or its rule says so)."""
+        return self.trigger.needs_sketch(self.trigger_options) or self.rule.needs_sketch(self.rule_options)
 
 
-def build_strategy(cfg, comm: Communicator, w: torch.Tensor, steps_per_epoch: int | None, num_samples: int) -> Synchronizer:
-    """The synchronizer for ``cfg.strategy`` (trigger overridden by ``cfg.sync``)."""
-    if cfg.strategy not in PRESETS:
-        raise ValueError(f"--strategy {cfg.strategy!r}: unknown; choose one of {', '.join(STRATEGIES)}")
-    trigger_cls = trigger_of(cfg.strategy, cfg.sync)
-    participation = Participation(comm.rank, comm.world_size, cfg.clients_per_round, cfg.seed)
-    if participation.sampling and trigger_cls.threshold:
+def option_names_of(strategy: str, sync: str | None = None) -> set[str]:
+    """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape)."""
+    parts = (trigger_of(strategy, sync).Options, rule_of(strategy).Options, SamplingOptions, SketchShape)
+    return {name for cls in parts for name in option_names(cls)}
+
+
+def strategy_options(strategy: str, sync: str | None, values) -> StrategyOptions:
+    """The parts of ``strategy`` (trigger overridden by ``sync``) and their options from
+    ``values`` (a TrainConfig, or a mapping of option names); ``ValueError`` with one line."""
+    if strategy not in PRESETS:
+        raise ValueError(f"--strategy {strategy!r}: unknown; choose one of {', '.join(STRATEGIES)}")
+    if sync is not None and sync not in TRIGGERS:
+        raise ValueError(f"--sync {sync!r}: unknown; choose one of {', '.join(TRIGGERS)}")
+    trigger_cls, rule_cls = trigger_of(strategy, sync), rule_of(strategy)
+    sampling = options_from(SamplingOptions, values)
+    if sampling.clients_per_round is not None and trigger_cls.threshold:
         raise ValueError("--clients-per-round: client sampling needs round-based syncing; drop it or use --sync periodic")
-    ctx = BuildContext(cfg, comm, w.numel(), steps_per_epoch, num_samples, participation)
-    return Synchronizer(comm, w, trigger_cls.build(ctx), rule_of(cfg.strategy).build(ctx), participation)
+    return StrategyOptions(trigger_cls, rule_cls, options_from(trigger_cls.Options, values),
+                           options_from(rule_cls.Options, values), sampling, options_from(SketchShape, values))
+
+
+def uses_sketch(cfg) -> bool:
+    """Whether this configuration hashes AMS sketches."""
+    return strategy_options(cfg.strategy, cfg.sync, cfg).uses_sketch
+
+
+def build_strategy(strategy: str, sync: str | None, values, comm: Communicator, w: torch.Tensor,
+                   steps_per_epoch: int | None, num_samples: int, seed: int = 0) -> Synchronizer:
+    """The synchronizer for ``strategy`` (trigger overridden by ``sync``), its parts built
+    from their options in ``values`` (see :func:`strategy_options`)."""
+    o = strategy_options(strategy, sync, values)
+    participation = Participation(comm.rank, comm.world_size, o.sampling.clients_per_round, seed)
+    ctx = BuildContext(comm, w.numel(), steps_per_epoch, num_samples, participation, seed, o.sketch)
+    return Synchronizer(comm, w, o.trigger.build(ctx, o.trigger_options), o.rule.build(ctx, o.rule_options), participation)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from ..comm import Communicator
+from ..options import NoOptions, SketchShape
 from .participation import Participation
 
 __all__ = ["BuildContext", "Trigger", "Rule", "TRIGGERS", "RULES", "trigger", "rule", "Synchronizer"]
@@ -23,19 +24,20 @@ __all__ = ["BuildContext", "Trigger", "Rule", "TRIGGERS", "RULES", "trigger", "r
 
 @dataclass
 class BuildContext:
-    """What a trigger or rule may need to build itself, the same for every kind."""
+    """What a trigger or rule may need to build itself beside its own options, the same for
+    every kind."""
 
-    cfg: Any
     comm: Communicator
     dim: int
     steps_per_epoch: int | None  # None in a user's own loop that did not give it
     num_samples: int  # this rank's training samples
     participation: Participation
+    seed: int = 0  # the run's seed (hashes, random directions)
+    sketch_shape: SketchShape = SketchShape()
 
-    @property
-    def weighting_samples(self) -> int | None:
+    def samples_if(self, weighting: str) -> int | None:
         """This rank's sample count when the mean is sample-weighted (``--weighting samples``)."""
-        return self.num_samples if self.cfg.weighting == "samples" else None
+        return self.num_samples if weighting == "samples" else None
 
     @functools.cached_property
     def sketch(self):
@@ -43,8 +45,9 @@ class BuildContext:
         sketched FedAdp angles hash with the same table (2·l·d bytes), held once."""
         from ..sketch import AmsSketch
 
-        shape = {k: v for k, v in (("rows", self.cfg.sketch_rows), ("cols", self.cfg.sketch_cols)) if v is not None}
-        return AmsSketch(self.dim, seed=self.cfg.seed, **shape)
+        s = self.sketch_shape
+        shape = {k: v for k, v in (("rows", s.sketch_rows), ("cols", s.sketch_cols)) if v is not None}
+        return AmsSketch(self.dim, seed=self.seed, **shape)
 
 
 class _Part:
@@ -52,18 +55,21 @@ class _Part:
     record path, and checkpoint state (the attributes named in ``_state``)."""
 
     name = ""  # set by @trigger / @rule
+    #: Its options: a frozen dataclass of :mod:`fdahpc.options` (fields named like the flags,
+    #: with defaults and checks); the part is built with an instance of it.
+    Options: type = NoOptions
     #: Whether the part reads the last synchronized model ``w_t0``.
     needs_anchor = False
     #: Attributes saved in checkpoints; tensors are restored in place.
     _state: tuple[str, ...] = ()
 
     @classmethod
-    def needs_sketch(cls, cfg) -> bool:
-        """Whether this part, configured by ``cfg``, hashes AMS sketches."""
+    def needs_sketch(cls, options) -> bool:
+        """Whether this part, with these options, hashes AMS sketches."""
         return False
 
     @classmethod
-    def build(cls, ctx: BuildContext):
+    def build(cls, ctx: BuildContext, options):
         raise NotImplementedError
 
     def record(self, group: str, **values: Any) -> None:

@@ -29,6 +29,7 @@ import torch
 
 from ..comm import Communicator
 from ..comm.base import Done, Request
+from ..options import FDAOptions, SketchFDAOptions
 from ..sketch import AmsSketch, estimate_sq_norm
 from .base import BuildContext, Trigger, trigger
 
@@ -65,12 +66,8 @@ class _FDATrigger(Trigger):
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0,
                  auto_steps: int | None = None, log_every: int = 1, log_variance: bool = False) -> None:
-        if auto_steps is None and not theta >= 0:
-            raise ValueError(f"theta (--theta) {theta}: must be >= 0 (0 averages every step) or auto, e.g. 1.0")
-        if lag not in (0, 1):
-            raise ValueError(f"lag (--fda-lag) {lag}: must be 0 (decide on this step's state) or 1 (on the last step's)")
-        if lag and theta == 0 and auto_steps is None:
-            raise ValueError("lag (--fda-lag) 1: theta 0 averages every step, so there is no state to wait for; drop --fda-lag")
+        # The options' checks, one wording for the command line, ModelAverager and this class.
+        FDAOptions(theta="auto" if auto_steps is not None else theta, fda_lag=lag, fda_log_every=log_every)
         if auto_steps is not None and auto_steps < 1:
             raise ValueError(f"theta auto: the calibration round must be >= 1 step, got {auto_steps}; raise --theta-auto-epochs")
         self.comm = comm
@@ -165,22 +162,24 @@ class _FDATrigger(Trigger):
             self._pending = Done()
 
     @staticmethod
-    def build_options(ctx: BuildContext) -> dict[str, Any]:
-        """The keyword arguments both variants take from the configuration."""
-        c = ctx.cfg
+    def keywords(ctx: BuildContext, o: FDAOptions) -> dict[str, Any]:
+        """The keyword arguments both variants take from their options: Θ (a number, or
+        ``auto`` turned into its calibration round's steps), the lag and the records."""
         auto_steps = None
-        if c.theta == "auto":
+        if o.auto:
             if ctx.steps_per_epoch is None:
                 raise ValueError("theta auto: the calibration round is --theta-auto-epochs long and needs the epoch "
                                  "length; give steps_per_epoch= (or a number for theta)")
-            auto_steps = max(1, round(c.theta_auto_epochs * ctx.steps_per_epoch))
-        return dict(lag=c.fda_lag, auto_steps=auto_steps, log_every=c.fda_log_every, log_variance=c.log_variance)
+            auto_steps = max(1, round(o.theta_auto_epochs * ctx.steps_per_epoch))
+        return dict(theta=0.0 if o.auto else o.theta, lag=o.fda_lag, auto_steps=auto_steps, log_every=o.fda_log_every,
+                    log_variance=o.log_variance)
 
 
 @trigger("linear")
 class LinearFDATrigger(_FDATrigger):
     """8 bytes per step: the squared drift and its projection on ξ."""
 
+    Options = FDAOptions
     _state = ("theta", "calibrating", "xi", "syncs_seen")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, seed: int = 0, **kw) -> None:
@@ -191,8 +190,8 @@ class LinearFDATrigger(_FDATrigger):
         self.syncs_seen = 0
 
     @classmethod
-    def build(cls, ctx: BuildContext) -> "LinearFDATrigger":
-        return cls(ctx.comm, ctx.dim, ctx.cfg.theta, seed=ctx.cfg.seed, **cls.build_options(ctx))
+    def build(cls, ctx: BuildContext, options: FDAOptions) -> "LinearFDATrigger":
+        return cls(ctx.comm, ctx.dim, seed=ctx.seed, **cls.keywords(ctx, options))
 
     def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
         if self.xi.device != u.device:
@@ -221,6 +220,7 @@ class LinearFDATrigger(_FDATrigger):
 class SketchFDATrigger(_FDATrigger):
     """4 + 4·l·m bytes per step: the squared drift and an AMS sketch of the drift."""
 
+    Options = SketchFDAOptions
     _state = ("theta", "calibrating", "eps")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, eps: float | None = None,
@@ -233,20 +233,18 @@ class SketchFDATrigger(_FDATrigger):
             raise ValueError(f"SketchFDATrigger: the sketcher hashes {sketcher.dim} coordinates, the model has {dim}")
         rows, cols = sketcher.rows, sketcher.cols
         super().__init__(comm, dim, theta, state_len=1 + rows * cols, **kw)
-        if eps is not None and not 0 <= eps < 1:
-            raise ValueError(f"eps (--sketch-eps) {eps}: must be in [0, 1), e.g. {1 / np.sqrt(cols):.3f}")
+        SketchFDAOptions(sketch_eps=eps)  # its check
         self.eps = 1.0 / np.sqrt(cols) if eps is None else float(eps)
         self.sketcher = sketcher
         self._sk = np.empty((rows, cols), dtype=np.float64)
 
     @classmethod
-    def needs_sketch(cls, cfg) -> bool:
+    def needs_sketch(cls, options) -> bool:
         return True
 
     @classmethod
-    def build(cls, ctx: BuildContext) -> "SketchFDATrigger":
-        c = ctx.cfg
-        return cls(ctx.comm, ctx.dim, c.theta, sketcher=ctx.sketch, eps=c.sketch_eps, **cls.build_options(ctx))
+    def build(cls, ctx: BuildContext, options: SketchFDAOptions) -> "SketchFDATrigger":
+        return cls(ctx.comm, ctx.dim, sketcher=ctx.sketch, eps=options.sketch_eps, **cls.keywords(ctx, options))
 
     def _fill_state(self, u: torch.Tensor, out: torch.Tensor) -> None:
         if u.device.type == "cpu":  # the Numba kernel

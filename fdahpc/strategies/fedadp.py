@@ -19,17 +19,17 @@ import torch
 
 from ..aggregate import FedAdpWeights, apply_update, sketched_cosines
 from ..comm import Communicator
+from ..options import ANGLE_MODES, FedAdpOptions
 from ..sketch import AmsSketch
 from .base import BuildContext, Rule, rule
 from .participation import Participation
 
-__all__ = ["FedAdpRule", "ANGLE_MODES"]
-
-ANGLE_MODES = ("exact", "sketch")
+__all__ = ["FedAdpRule"]
 
 
 @rule("fedadp")
 class FedAdpRule(Rule):
+    Options = FedAdpOptions
     needs_anchor = True
 
     def __init__(self, comm: Communicator, participation: Participation, num_samples: int, *, alpha: float = 5.0,
@@ -47,14 +47,13 @@ class FedAdpRule(Rule):
         self._delta: torch.Tensor | None = None
 
     @classmethod
-    def needs_sketch(cls, cfg) -> bool:
-        return cfg.fedadp_angles == "sketch"
+    def needs_sketch(cls, options: FedAdpOptions) -> bool:
+        return options.fedadp_angles == "sketch"
 
     @classmethod
-    def build(cls, ctx: BuildContext) -> "FedAdpRule":
-        c = ctx.cfg
-        return cls(ctx.comm, ctx.participation, ctx.num_samples, alpha=c.fedadp_alpha, angles=c.fedadp_angles,
-                   sketch=ctx.sketch if cls.needs_sketch(c) else None)
+    def build(cls, ctx: BuildContext, o: FedAdpOptions) -> "FedAdpRule":
+        return cls(ctx.comm, ctx.participation, ctx.num_samples, alpha=o.fedadp_alpha, angles=o.fedadp_angles,
+                   sketch=ctx.sketch if cls.needs_sketch(o) else None)
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor) -> None:
         part = self.participation

@@ -19,6 +19,7 @@ import torch
 
 from ..aggregate import FedAdam, FedAvgM, ServerOptimizer
 from ..comm import Communicator
+from ..options import FedAdamOptions, FedAvgMOptions
 from .base import BuildContext, Rule, rule
 from .participation import Participation, participant_mean_
 
@@ -61,19 +62,22 @@ def _given(**values):
 
 @rule("fedavgm")
 class FedAvgMRule(ServerOptRule):
+    Options = FedAvgMOptions
+
     @classmethod
-    def build(cls, ctx: BuildContext) -> "FedAvgMRule":
-        c = ctx.cfg
-        return cls(ctx.comm, ctx.participation, FedAvgM(ctx.dim, beta=c.server_momentum, **_given(eta_s=c.server_lr)),
-                   ctx.weighting_samples)
+    def build(cls, ctx: BuildContext, o: FedAvgMOptions) -> "FedAvgMRule":
+        return cls(ctx.comm, ctx.participation, FedAvgM(ctx.dim, beta=o.server_momentum, **_given(eta_s=o.server_lr)),
+                   ctx.samples_if(o.weighting))
 
 
 @rule("fedadam")
 class FedAdamRule(ServerOptRule):
+    Options = FedAdamOptions
+
     @classmethod
-    def build(cls, ctx: BuildContext) -> "FedAdamRule":
-        c = ctx.cfg
-        beta_1, beta_2 = c.server_betas
+    def build(cls, ctx: BuildContext, o: FedAdamOptions) -> "FedAdamRule":
+        beta_1, beta_2 = o.server_betas
         return cls(ctx.comm, ctx.participation,
-                   FedAdam(ctx.dim, beta_1=beta_1, beta_2=beta_2, tau=c.server_tau,
-                           bias_correction=c.server_bias_correction, **_given(eta_s=c.server_lr)), ctx.weighting_samples)
+                   FedAdam(ctx.dim, beta_1=beta_1, beta_2=beta_2, tau=o.server_tau,
+                           bias_correction=o.server_bias_correction, **_given(eta_s=o.server_lr)),
+                   ctx.samples_if(o.weighting))

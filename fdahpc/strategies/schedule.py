@@ -11,25 +11,18 @@ from __future__ import annotations
 import torch
 
 from ..comm import Communicator
+from ..options import MeanOptions, NoOptions, PeriodicOptions
 from .base import BuildContext, Rule, Trigger, rule, trigger
 from .participation import Participation, participant_mean_
 
-__all__ = ["PeriodicTrigger", "EveryStepTrigger", "MeanRule", "periodic_tau"]
-
-
-def periodic_tau(cfg, steps_per_epoch: int | None) -> int:
-    """τ in local steps: ``--tau`` if given, else ``--local-epochs`` worth of steps."""
-    if cfg.tau is not None:
-        return cfg.tau
-    if steps_per_epoch is None:  # a loop of the user's own (fdahpc.ModelAverager) that gave neither
-        raise ValueError("local_epochs: the round length in steps needs the epoch length; give tau=STEPS "
-                         "(the round length) or steps_per_epoch=")
-    return max(1, round(cfg.local_epochs * steps_per_epoch))
+__all__ = ["PeriodicTrigger", "EveryStepTrigger", "MeanRule"]
 
 
 @trigger("periodic")
 class PeriodicTrigger(Trigger):
     """Synchronize every ``tau`` local steps; no monitoring traffic."""
+
+    Options = PeriodicOptions
 
     def __init__(self, tau: int) -> None:
         if tau < 1:
@@ -37,8 +30,8 @@ class PeriodicTrigger(Trigger):
         self.tau = int(tau)
 
     @classmethod
-    def build(cls, ctx: BuildContext) -> "PeriodicTrigger":
-        return cls(periodic_tau(ctx.cfg, ctx.steps_per_epoch))
+    def build(cls, ctx: BuildContext, options: PeriodicOptions) -> "PeriodicTrigger":
+        return cls(options.steps(ctx.steps_per_epoch))
 
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None) -> bool:
         return step % self.tau == 0
@@ -50,14 +43,18 @@ class PeriodicTrigger(Trigger):
 class EveryStepTrigger(PeriodicTrigger):
     """Synchronize after every local step (Synchronous, FDA's Θ = 0 limit)."""
 
+    Options = NoOptions
+
     @classmethod
-    def build(cls, ctx: BuildContext) -> "EveryStepTrigger":
+    def build(cls, ctx: BuildContext, options: NoOptions) -> "EveryStepTrigger":
         return cls(1)
 
 
 @rule("mean")
 class MeanRule(Rule):
     """The new global model is the plain average of the (participating) workers' models."""
+
+    Options = MeanOptions
 
     def __init__(self, comm: Communicator, participation: Participation, samples: int | None = None) -> None:
         self.comm = comm
@@ -66,8 +63,8 @@ class MeanRule(Rule):
         self.needs_anchor = participation.sampling
 
     @classmethod
-    def build(cls, ctx: BuildContext) -> "MeanRule":
-        return cls(ctx.comm, ctx.participation, ctx.weighting_samples)
+    def build(cls, ctx: BuildContext, options: MeanOptions) -> "MeanRule":
+        return cls(ctx.comm, ctx.participation, ctx.samples_if(options.weighting))
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
         participant_mean_(self.comm, self.participation, w, anchor, self.samples)
