@@ -283,15 +283,15 @@ class FedAdam(ServerOptimizer):
 
 # ------------------------------------------------------------------------------ FedAdp
 
-def gompertz(theta, alpha: float = 5.0):
-    """FedAdp's contribution map ``f(theta) = alpha (1 - exp(-exp(-alpha (theta - 1))))``.
+def gompertz(angle, alpha: float = 5.0):
+    """FedAdp's contribution map ``f(θ) = alpha (1 - exp(-exp(-alpha (θ - 1))))`` of an angle θ.
 
-    Decreasing in the angle (radians): an aligned node (theta = 0) scores about alpha,
-    theta = 1 scores alpha (1 - 1/e), an orthogonal one (pi/2) scores about 0.28 for
+    Decreasing in the angle (radians): an aligned node (θ = 0) scores about alpha,
+    θ = 1 scores alpha (1 - 1/e), an orthogonal one (pi/2) scores about 0.28 for
     alpha = 5. Scalars in give a float; arrays give a float64 array.
     """
     alpha = _positive(alpha, "alpha", "5.0")
-    th = np.asarray(theta, dtype=np.float64)
+    th = np.asarray(angle, dtype=np.float64)
     # Past exp(700) the inner term saturates f at alpha anyway; capping avoids overflow.
     f = alpha * -np.expm1(-np.exp(np.minimum(-alpha * (th - 1.0), 700.0)))
     return float(f) if f.ndim == 0 else f
@@ -307,15 +307,15 @@ class FedAdpWeights:
     node's angle over the rounds it took part in, and returns the weights ``psi``.
 
     Zero norms: if ``Delta_i = 0`` or ``g = 0`` the angle is undefined; we use
-    ``theta = pi/2`` (orthogonal: the node shows no alignment either way). It still
+    ``θ = π/2`` (orthogonal: the node shows no alignment either way). It still
     counts as a round the node took part in. When g = 0 every node gets pi/2 that round.
     """
 
     def __init__(self, num_nodes: int, alpha: float = 5.0):
         self.num_nodes = _positive_int(num_nodes, "num_nodes", "10")
         self.alpha = _positive(alpha, "alpha (--fedadp-alpha)", "5.0")
-        self.angles = np.full(self.num_nodes, np.nan)      # last raw theta; nan = never
-        self.smoothed = np.zeros(self.num_nodes)           # theta tilde
+        self.angles = np.full(self.num_nodes, np.nan)      # last raw angle θ; nan = never
+        self.smoothed = np.zeros(self.num_nodes)           # θ̃, the smoothed angle
         self.counts = np.zeros(self.num_nodes, dtype=np.int64)
         self.step_count = 0
 
@@ -351,14 +351,14 @@ class FedAdpWeights:
                                                          g_norm_sq)
         # sqrt each factor separately: the product of two squared norms can under/overflow.
         denom = np.sqrt(norms_sq) * math.sqrt(g_norm_sq)
-        theta = np.full(p.size, math.pi / 2)
+        angle = np.full(p.size, math.pi / 2)
         ok = denom > 0
-        theta[ok] = np.arccos(np.clip(dots[ok] / denom[ok], -1.0, 1.0))
+        angle[ok] = np.arccos(np.clip(dots[ok] / denom[ok], -1.0, 1.0))
 
         self.counts[p] += 1
         c = self.counts[p].astype(np.float64)
-        self.smoothed[p] = ((c - 1.0) / c) * self.smoothed[p] + theta / c
-        self.angles[p] = theta
+        self.smoothed[p] = ((c - 1.0) / c) * self.smoothed[p] + angle / c
+        self.angles[p] = angle
         self.step_count += 1
 
         # psi_i = n_i e^{f_i} / sum_j n_j e^{f_j}, as a log-sum-exp softmax.

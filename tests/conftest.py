@@ -40,6 +40,31 @@ def comm(request):
         yield LocalCommunicator()
 
 
+#: A small, fast run: the bundled MNIST-5k, LeNet-5, batch 16, no progress lines.
+SMALL = dict(dataset="mnist5k", model="lenet5", batch_size=16, log_every=10**6)
+
+
+def train_inprocess(comm, out, **options):
+    """One run of ``fdahpc.run`` on ``comm`` (every rank calls it), :data:`SMALL` unless
+    ``options`` say otherwise; (the built run, its result). Rank 0's ``out`` is used."""
+    from fdahpc.config import TrainConfig
+    from fdahpc.run import build, run
+
+    cfg = TrainConfig(**{**SMALL, "out": comm.bcast_obj(str(out)), **options})
+    setup = build(cfg, comm)
+    return setup, run(setup)
+
+
+def train_cli(out, *args, ranks: int = 1, torchrun: bool = False, env=None, timeout: float = 180):
+    """``python -m fdahpc.train ARGS --out OUT`` under mpiexec (``ranks``) or torchrun (2
+    processes); the finished process."""
+    cmd = ["-m", "fdahpc.train", *args, "--out", str(out)]
+    if torchrun:
+        return run_python(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *cmd],
+                          timeout=timeout, env_extra=env)
+    return run_python(cmd, ranks=ranks, timeout=timeout, env_extra=env)
+
+
 def run_python(args, *, ranks: int = 1, timeout: float = 180, cwd=None, env_extra=None):
     """Run ``python ARGS`` (under ``mpiexec -n ranks`` when ranks > 1) with a hard timeout."""
     import subprocess

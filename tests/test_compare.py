@@ -3,17 +3,17 @@ within the tolerance, and a 1 % learning-rate change is called different."""
 
 import pytest
 
-from conftest import run_python
+from conftest import train_cli
 from fdahpc.compare import compare, main
 
 pytestmark = pytest.mark.slow
 
-TRAIN = ["-m", "fdahpc.train", "--max-steps", "30", "--eval-every", "10", "--log-every", "1000", "--strategy", "linearfda",
+TRAIN = ["--max-steps", "30", "--eval-every", "10", "--log-every", "1000", "--strategy", "linearfda",
          "--theta", "0.4"]
 
 
 def _train(path, *extra, env=None):
-    res = run_python([*TRAIN, "--out", str(path), *extra], timeout=180, env_extra=env)
+    res = train_cli(path, *TRAIN, *extra, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     return str(path)
 

@@ -39,8 +39,7 @@ import os
 import numpy as np
 import pytest
 
-from fdahpc.config import TrainConfig
-from fdahpc.run import build, run as train
+from conftest import train_inprocess
 from naive import paper_comm_bytes
 
 pytestmark = pytest.mark.distributed
@@ -143,14 +142,11 @@ def _run(comm, tmp_path, case: str, **extra):
     import h5py
 
     overrides = {"strategy": case, **CASES[case], **extra}
-    out = comm.bcast_obj(str(tmp_path / "run.h5"))
-    cfg = TrainConfig(dataset="mnist5k", model="lenet5", batch_size=16, log_every=10**6, max_steps=STEPS,
-                      eval_every=STEPS, seed=3, out=out, **overrides)
-    setup = build(cfg, comm)
-    result = train(setup)
+    setup, result = train_inprocess(comm, tmp_path / "run.h5", max_steps=STEPS, eval_every=STEPS, seed=3, **overrides)
+    cfg = setup.cfg
     series = None
     if comm.is_root:
-        with h5py.File(out, "r") as h5:
+        with h5py.File(setup.out, "r") as h5:
             syncs = h5["sync/step"][()].tolist() if "sync/step" in h5 else []
             h = h5["fda/h"][()] if "fda/h" in h5 else np.zeros(0)
         margin = float(np.min(np.abs(h - cfg.theta) / cfg.theta)) if len(h) else None

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, run_python
+from conftest import REPO, run_python, train_cli
 
 pytestmark = pytest.mark.slow
 
@@ -28,8 +28,7 @@ FAMILIES = {
 
 
 def _train(tmp_path, name, *args, ranks=2, env=None, timeout=240):
-    proc = run_python([*BASE, "--out", str(tmp_path / f"{name}.h5"), *args], ranks=ranks, timeout=timeout, env_extra=env)
-    return proc
+    return train_cli(tmp_path / f"{name}.h5", *BASE[2:], *args, ranks=ranks, env=env, timeout=timeout)
 
 
 def _same_runs(a, b):

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 from fdahpc.semiasync.fedqs import (_FLAGS, CLIENT_TYPES, FSBC, FWBC, SSBC, SWBC, FedQSParams, classify, decide,
                                     heavy_ball_step_, label_accuracies, label_probe, layer_angle, layer_bounds,
                                     similarity, speeds)
-from fdahpc.semiasync.rules import RULES, SEMIASYNC_RULES, Update, build_rule
+from fdahpc.semiasync.rules import BUFFER_RULES, SEMIASYNC_RULES, Update, build_rule
 
 from naive import (naive_authors_weights, naive_fedbuff, naive_fedqs_decision, naive_fedqs_weights, naive_heavy_ball,
                    naive_layer_angle, naive_mstep, naive_wkafl)
@@ -288,7 +288,7 @@ def test_fedqs_avg_of_identical_models_is_that_model():
 
 def test_rule_metadata_and_state():
     assert SEMIASYNC_RULES == ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "fedqs-avg", "fedqs-sgd")
-    assert set(RULES) == set(SEMIASYNC_RULES)
+    assert set(BUFFER_RULES) == set(SEMIASYNC_RULES)
     uploads = {"fedavg": "model", "fedsgd": "update", "fedbuff": "update", "mstep": "model", "wkafl": "update",
                "fedqs-avg": "model", "fedqs-sgd": "update"}
     for name in SEMIASYNC_RULES:

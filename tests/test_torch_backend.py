@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, run_python
+from conftest import REPO, run_python, train_cli
 from fdahpc.comm import LaunchError, make_communicator, resolve_backend
 from fdahpc.comm.launch import detect, env_rank, first_host
 
@@ -121,13 +121,7 @@ def test_gloo_with_one_rank_is_a_real_process_group():
 
 def _run(tmp_path, name, launcher, args, *, env=None, timeout=180):
     out = tmp_path / f"{name}.h5"
-    cmd = [*TRAIN, *args, "--out", str(out)]
-    if launcher == "torchrun":
-        proc = run_python(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *cmd],
-                          timeout=timeout, env_extra=env)
-    else:
-        proc = run_python(cmd, ranks=2, timeout=timeout, env_extra=env)
-    return proc, out
+    return train_cli(out, *TRAIN[2:], *args, ranks=2, torchrun=launcher == "torchrun", env=env, timeout=timeout), out
 
 
 def _read(path):

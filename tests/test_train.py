@@ -8,27 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_python
+from conftest import run_python, train_inprocess
 from naive import paper_comm_bytes
 from fdahpc.config import TrainConfig
 
-from fdahpc.run import build, run as train
 from fdahpc.worker import BatchStream, make_optimizer
-
-SMALL = dict(dataset="mnist5k", model="lenet5", batch_size=16, log_every=10**6)
-
-
-def run_inprocess(comm, tmp_path, **overrides):
-    out = comm.bcast_obj(str(tmp_path / "run.h5"))
-    cfg = TrainConfig(**{**SMALL, "out": out, **overrides})
-    setup = build(cfg, comm)
-    return setup, train(setup)
-
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("strategy,extra", [("synchronous", {}), ("fedavg", {"tau": 7})])
 def test_comm_bytes_follow_the_paper_formula(comm, tmp_path, strategy, extra):
-    setup, res = run_inprocess(comm, tmp_path, strategy=strategy, max_steps=30, **extra)
+    setup, res = train_inprocess(comm, tmp_path / "run.h5", strategy=strategy, max_steps=30, **extra)
     k, d = comm.world_size, setup.flat.dim
     expected_syncs = 30 if strategy == "synchronous" else 30 // 7
     assert res["syncs"] == expected_syncs
@@ -39,7 +28,7 @@ def test_comm_bytes_follow_the_paper_formula(comm, tmp_path, strategy, extra):
 
 @pytest.mark.distributed
 def test_run_file_schema(comm, tmp_path):
-    setup, res = run_inprocess(comm, tmp_path, strategy="fedavg", tau=5, max_steps=40, eval_every=10)
+    setup, res = train_inprocess(comm, tmp_path / "run.h5", strategy="fedavg", tau=5, max_steps=40, eval_every=10)
     if not comm.is_root:
         return
     with h5py.File(setup.out) as f:
@@ -63,7 +52,7 @@ def test_one_rank_synchronous_equals_plain_training(tmp_path):
     from fdahpc.data import load_dataset
     from fdahpc.models import build_model
 
-    setup, _ = run_inprocess(LocalCommunicator(), tmp_path, strategy="synchronous", max_steps=25, seed=3)
+    setup, _ = train_inprocess(LocalCommunicator(), tmp_path / "run.h5", strategy="synchronous", max_steps=25, seed=3)
     data = load_dataset("mnist5k")
     torch.manual_seed(3)
     model = build_model("lenet5", 1, 28, 10)
@@ -81,7 +70,7 @@ def test_one_rank_synchronous_equals_plain_training(tmp_path):
 def test_target_accuracy_stops_early(tmp_path):
     from fdahpc.comm import LocalCommunicator
 
-    setup, res = run_inprocess(LocalCommunicator(), tmp_path, strategy="fedavg", tau=10, epochs=3,
+    setup, res = train_inprocess(LocalCommunicator(), tmp_path / "run.h5", strategy="fedavg", tau=10, epochs=3,
                                eval_every=10, target_accuracy=0.5)
     assert 0 < res["steps_to_target"] < setup.total_steps
     assert res["final_accuracy"] >= 0.5

@@ -27,7 +27,7 @@ Two variants (``FedQSParams.variant``, ``--fedqs-variant``), each end to end:
   (``s_i = -1`` gives the bound, the limit); with the defaults, ``G = 2`` is exactly where
   the momentum reaches its lower clip 0, so the bound leaves the momentum rule untouched.
   The bounded Euclidean/Manhattan similarities use ``G = min(s̄/s_i, 2)`` unshifted.
-- ``authors``: the authors' code (repo bkjod/FedQS_, as summarised in ALGORITHMS.md §3):
+- ``authors``: the authors' published code (GitHub bkjod/FedQS_, as we read it):
   the similarity is a per-layer angle in degrees (:func:`layer_angle`) against
   ``w^(t-1)`` itself, not ``w^t - w^(t-1)`` (their assignment into ``state_dict()`` never
   changes the model, so the "pseudo-gradient" they compare with is the previous global

@@ -29,7 +29,7 @@ With ``w_i`` a client's final model, ``Δ_i = w_i - w_start`` its update, ``τ_i
   "cosine filter"; all kept when every one would be); ``w_g ← w_g + η_s Σ_{kept} a_i Δ_i /
   Σ_{kept} a_i``, η_s = ``--server-lr`` (default 1). WKAFL's two-stage gradient clipping
   is left to ``--clip-grad-norm`` on the clients. As for M-step, the WKAFL text is not on
-  this machine: the formula is ALGORITHMS.md's summary made precise.
+  this machine: the formula is the paper's, made precise.
 - ``fedqs-avg`` (models):  ``w_g ← Σ p_i w_i``
 - ``fedqs-sgd`` (updates): ``w_g ← w_g + Σ p_i Δ_i``  (Δ_i includes the clients' momentum)
 
@@ -57,7 +57,7 @@ labels are skewed) gets
 
 then ``p`` is normalized to sum 1.
 
-All rules are pure: no communication, no state. :meth:`Rule.aggregate_` sums in the
+All rules are pure: no communication, no state. :meth:`BufferRule.aggregate_` sums in the
 order of the buffer with :func:`fdahpc.aggregate.weighted_sum` and separate element-wise
 ops, so the result is deterministic.
 """
@@ -71,14 +71,14 @@ import numpy as np
 import torch
 
 from ..aggregate import _positive, weighted_sum
+from ..options import WEIGHTINGS  # fedavg/fedsgd's q_i: uniform or samples
 
-__all__ = ["Update", "Rule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL", "FedQSAvg", "FedQSSGD", "RULES",
+__all__ = ["Update", "BufferRule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL", "FedQSAvg", "FedQSSGD", "BUFFER_RULES",
            "SEMIASYNC_RULES", "FEEDBACK_WEIGHTS", "FEEDBACK_ALIASES", "WEIGHTINGS", "G_CAP", "feedback_weight",
            "build_rule"]
 
 FEEDBACK_WEIGHTS = ("paper", "authors", "misread")
 FEEDBACK_ALIASES = {"code": "authors"}  # the old name of the authors' weight
-WEIGHTINGS = ("uniform", "samples")  # fedavg/fedsgd's q_i
 G_CAP = 9.0  # the authors' cap on F and G (the misread ablation's clamp on G)
 G_WEIGHT_MAX = 2.0  # min(G, 2) in the feedback weight (the authors')
 
@@ -97,7 +97,7 @@ class Update:
     G: float = 1.0  # the client's bias ratio G_i (FedQS), already bounded by the client
 
 
-class Rule:
+class BufferRule:
     """An aggregation rule: ``weights`` says how much each upload counts, ``aggregate_``
     applies them to the global model in place."""
 
@@ -173,7 +173,7 @@ def _sample_shares(updates) -> np.ndarray:
     return n / n.sum()
 
 
-class _Weighted(Rule):
+class _Weighted(BufferRule):
     def __init__(self, weighting: str = "uniform"):
         if weighting not in WEIGHTINGS:
             raise ValueError(f"--weighting {weighting!r}: unknown; choose one of {', '.join(WEIGHTINGS)}")
@@ -196,13 +196,13 @@ class FedSGD(_Weighted):
 
 
 def _staleness(updates) -> np.ndarray:
-    tau = np.array([u.staleness for u in updates], dtype=np.float64)
-    if np.any(tau < 0):
-        raise ValueError(f"Update.staleness {tau.tolist()}: must be >= 0 (server version - start version)")
-    return tau
+    staleness = np.array([u.staleness for u in updates], dtype=np.float64)
+    if np.any(staleness < 0):
+        raise ValueError(f"Update.staleness {staleness.tolist()}: must be >= 0 (server version - start version)")
+    return staleness
 
 
-class FedBuff(Rule):
+class FedBuff(BufferRule):
     """FedBuff: updates discounted by ``1/sqrt(1 + τ)``, averaged over K, times ``η_s``.
     The weights are the effective coefficients ``η_s / (K sqrt(1 + τ_i))``; they do not sum to 1."""
 
@@ -215,7 +215,7 @@ class FedBuff(Rule):
         return self.eta_s / (len(updates) * np.sqrt(1.0 + _staleness(updates)))
 
 
-class MStep(Rule):
+class MStep(BufferRule):
     """M-step FedAsync (KAFL): FedAsync's staleness-discounted mixing over the K buffered
     models. The weights are the models' ``β_i = α (1 + τ_i)^(-1/2) / K``; the old global
     model keeps ``1 - Σ β_i`` (returned weights do not include it)."""
@@ -240,7 +240,7 @@ class MStep(Rule):
         return beta
 
 
-class WKAFL(Rule):
+class WKAFL(BufferRule):
     """WKAFL: staleness weights ``(e/2)^(-τ)``, a cosine filter against their weighted mean,
     then the weighted mean of the kept updates times ``η_s``. Returns the effective
     coefficients (0 for a dropped update)."""
@@ -268,7 +268,7 @@ class WKAFL(Rule):
         return self.eta_s * kept / kept.sum()
 
 
-class _FedQS(Rule):
+class _FedQS(BufferRule):
     needs_client_state = True
 
     def __init__(self, feedback: bool = True, variant: str = "paper", feedback_weight: str | None = None,
@@ -337,8 +337,8 @@ class FedQSSGD(_FedQS):
     name, uploads = "fedqs-sgd", "update"
 
 
-RULES: dict[str, type] = {r.name: r for r in (FedAvg, FedSGD, FedBuff, MStep, WKAFL, FedQSAvg, FedQSSGD)}
-SEMIASYNC_RULES = tuple(RULES)
+BUFFER_RULES: dict[str, type] = {r.name: r for r in (FedAvg, FedSGD, FedBuff, MStep, WKAFL, FedQSAvg, FedQSSGD)}
+SEMIASYNC_RULES = tuple(BUFFER_RULES)
 #: Rules whose --server-lr means something (FedBuff's and WKAFL's η_s, M-step's α).
 SERVER_LR_RULES = ("fedbuff", "mstep", "wkafl")
 
@@ -348,7 +348,7 @@ def build_rule(name: str, server_lr: float | None = None, feedback: bool = True,
     """The rule called ``name``. Every argument is validated; each rule uses only its own
     (``server_lr``: fedbuff, wkafl and mstep, whose own defaults serve when None;
     ``feedback``, ``variant``, ``feedback_weight``: fedqs-*; ``weighting``: fedavg, fedsgd)."""
-    if name not in RULES:
+    if name not in BUFFER_RULES:
         raise ValueError(f"--strategy {name!r}: unknown semi-asynchronous rule; choose one of "
                          f"{', '.join(SEMIASYNC_RULES)}")
     if server_lr is not None:
@@ -358,7 +358,7 @@ def build_rule(name: str, server_lr: float | None = None, feedback: bool = True,
     if weighting != "uniform" and name not in ("fedavg", "fedsgd"):
         raise ValueError(f"--weighting {weighting}: only fedavg and fedsgd take it ({name} weighs updates itself); drop it")
     if name in SERVER_LR_RULES:
-        return RULES[name]() if server_lr is None else RULES[name](server_lr)
+        return BUFFER_RULES[name]() if server_lr is None else BUFFER_RULES[name](server_lr)
     if name.startswith("fedqs"):
-        return RULES[name](feedback, variant, feedback_weight)
-    return RULES[name](weighting)
+        return BUFFER_RULES[name](feedback, variant, feedback_weight)
+    return BUFFER_RULES[name](weighting)

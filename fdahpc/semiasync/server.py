@@ -45,7 +45,7 @@ from ..evaluate import score
 from .clock import VirtualClock
 from .fedqs import CLIENT_TYPES, speeds
 from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
-from .rules import Rule, Update
+from .rules import BufferRule, Update
 
 __all__ = ["Server", "convergence_metrics"]
 
@@ -78,7 +78,7 @@ class Server:
     comm: Communicator
     model: torch.nn.Module
     flat: object  # FlatParams(model, buffers=True): flat.state is the global model
-    rule: Rule
+    rule: BufferRule
     clock: VirtualClock
     host_of: np.ndarray  # client -> rank hosting it
     x_test: torch.Tensor
