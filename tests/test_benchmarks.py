@@ -88,52 +88,74 @@ def test_semiasync_benchmark_methods_carry_their_own_flags():
 
 
 def test_scaling_fit_recovers_alpha_beta_from_noiseless_times():
-    import scaling
+    import cost_model
 
     alpha, beta = 3.5e-6, 2.5e-10  # 3.5 µs, 4 GB/s
     sizes = [8, 64, 5004, 246824, 6653480, 44691240]
-    points = [(k, n, scaling.allreduce_seconds(n, k, alpha, beta)) for k in (2, 4, 8, 16, 32, 44) for n in sizes]
-    a, b, residuals = scaling.fit_alpha_beta(points)
+    points = [(k, n, cost_model.allreduce_seconds(n, k, alpha, beta)) for k in (2, 4, 8, 16, 32, 44) for n in sizes]
+    a, b, residuals = cost_model.fit_alpha_beta(points)
     assert a == pytest.approx(alpha, rel=1e-9) and b == pytest.approx(beta, rel=1e-9)
     assert max(abs(r) for r in residuals) < 1e-9
     # The model itself: 2⌈log2 K⌉ latency terms, 2(K-1)/K·n bytes; one rank costs nothing.
-    assert scaling.allreduce_seconds(1000, 44, 1.0, 0.0) == 12.0
-    assert scaling.allreduce_seconds(1000, 4, 0.0, 1.0) == 1500.0
-    assert scaling.allreduce_seconds(1000, 1, 1.0, 1.0) == 0.0
+    assert cost_model.allreduce_seconds(1000, 44, 1.0, 0.0) == 12.0
+    assert cost_model.allreduce_seconds(1000, 4, 0.0, 1.0) == 1500.0
+    assert cost_model.allreduce_seconds(1000, 1, 1.0, 1.0) == 0.0
     with pytest.raises(ValueError, match="at least two"):
-        scaling.fit_alpha_beta([(2, 8, 1e-5)])
+        cost_model.fit_alpha_beta([(2, 8, 1e-5)])
 
 
 def test_scaling_projection_follows_the_stated_cost_model():
-    import scaling
+    import cost_model
+    import scaling_measure
 
     alpha, beta = 2e-6, 8 / 100e9
     d, c = 1000, {"synchronous": 0.010, "fedavg": 0.008, "linearfda": 0.009, "sketchfda": 0.011}
     models = {"m": dict(params=d, compute=c, state_bytes={"synchronous": 0, "fedavg": 0, "linearfda": 8, "sketchfda": 5004})}
-    rows = scaling.project(models, [2, 1024], alpha, beta, samples=60000, batch=32)
+    rows = cost_model.project(models, [2, 1024], alpha, beta, samples=60000, batch=32)
     got = {(r["ranks"], r["strategy"]): r for r in rows}
-    assert scaling.steps_per_epoch(60000, 2, 32) == 938 and scaling.steps_per_epoch(60000, 1024, 32) == 2
-    full = scaling.allreduce_seconds(4 * d, 1024, alpha, beta)
+    assert cost_model.steps_per_epoch(60000, 2, 32) == 938 and cost_model.steps_per_epoch(60000, 1024, 32) == 2
+    full = cost_model.allreduce_seconds(4 * d, 1024, alpha, beta)
     sync = got[1024, "synchronous"]
     assert sync["steps_per_epoch"] == 2 and sync["comm_seconds"] == pytest.approx(full)
     assert sync["epoch_seconds"] == pytest.approx(2 * (0.010 + full))
     assert sync["bytes_per_step"] == pytest.approx(1024 * 2 * 4 * d)  # the FDA paper's count
     fedavg = got[2, "fedavg"]  # one model AllReduce per epoch of 938 steps
-    assert fedavg["comm_seconds"] == pytest.approx(scaling.allreduce_seconds(4 * d, 2, alpha, beta) / 938)
+    assert fedavg["comm_seconds"] == pytest.approx(cost_model.allreduce_seconds(4 * d, 2, alpha, beta) / 938)
     sketch = got[2, "sketchfda"]
-    assert sketch["comm_seconds"] == pytest.approx(scaling.allreduce_seconds(5004, 2, alpha, beta)
-                                                   + scaling.allreduce_seconds(4 * d, 2, alpha, beta) / 938)
+    assert sketch["comm_seconds"] == pytest.approx(cost_model.allreduce_seconds(5004, 2, alpha, beta)
+                                                   + cost_model.allreduce_seconds(4 * d, 2, alpha, beta) / 938)
     assert sketch["bytes_per_step"] == pytest.approx(2 * (2 * 4 * d / 938 + 5004))
     assert sketch["comm_share"] == pytest.approx(sketch["comm_seconds"] / (0.011 + sketch["comm_seconds"]))
     # fixed periods and a faster device
-    rows = scaling.project(models, [4], alpha, beta, 60000, 32, fedavg_tau="10", fda_steps_per_sync="5", compute_scale=10)
+    rows = cost_model.project(models, [4], alpha, beta, 60000, 32, fedavg_tau="10", fda_steps_per_sync="5",
+                              compute_scale=10)
     got = {r["strategy"]: r for r in rows}
-    full = scaling.allreduce_seconds(4 * d, 4, alpha, beta)
+    full = cost_model.allreduce_seconds(4 * d, 4, alpha, beta)
     assert got["fedavg"]["comm_seconds"] == pytest.approx(full / 10)
-    assert got["linearfda"]["comm_seconds"] == pytest.approx(scaling.allreduce_seconds(8, 4, alpha, beta) + full / 5)
+    assert got["linearfda"]["comm_seconds"] == pytest.approx(cost_model.allreduce_seconds(8, 4, alpha, beta) + full / 5)
     assert got["fedavg"]["compute_seconds"] == pytest.approx(0.0008)
-    assert scaling.message_sizes("8,5004", [246824]) == [8, 5004]
-    assert scaling.message_sizes("auto", [246824])[:2] == [8, 64] and 246824 in scaling.message_sizes("auto", [246824])
+    assert scaling_measure.message_sizes("8,5004", [246824]) == [8, 5004]
+    auto = scaling_measure.message_sizes("auto", [246824])
+    assert auto[:2] == [8, 64] and 246824 in auto
+
+
+def test_fabric_allreduce_seconds_is_the_model_on_the_stated_fabrics():
+    import cost_model
+    import scaling
+
+    t = cost_model.fabric_allreduce_seconds
+    # By hand: 4 MB over 8 ranks on 10 Gb/s Ethernet: 2·3 rounds · 25 µs + 2·7/8 · 4e6 B · 0.8 ns/B = 150 µs + 5.6 ms.
+    assert t(4e6, 8, "ethernet-10g") == pytest.approx(150e-6 + 5.6e-3, rel=1e-12)
+    # LeNet-5's 4d = 246 824 B over 2 ranks on 100 Gb/s InfiniBand: 2 · 2 µs + 246 824 B · 0.08 ns/B.
+    assert t(246824, 2, "infiniband-100g") == pytest.approx(4e-6 + 19.74592e-6, rel=1e-12)
+    # 8 B over 1024 hosts across sites: 20 rounds of 10 ms, plus 2·1023/1024 · 8 B · 8 ns/B.
+    assert t(8, 1024, "cross-site-1g") == pytest.approx(0.2 + 2 * 1023 / 1024 * 64e-9, rel=1e-12)
+    assert t(1e9, 1, "ethernet-10g") == 0.0
+    with pytest.raises(ValueError, match="known: ethernet-10g"):
+        t(8, 2, "token-ring")
+    # scaling.py projects on the table's InfiniBand row unless told otherwise.
+    args = scaling.parse([])
+    assert (args.fabric_gbps, args.fabric_latency_us) == (100.0, 2.0)
 
 
 @pytest.mark.slow
