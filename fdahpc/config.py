@@ -70,7 +70,8 @@ class TrainConfig:
     server_bias_correction: bool = _f(FedAdamOptions.server_bias_correction, "sync, fedadam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
     weighting: str = _f(MeanOptions.weighting, "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg); "
                         "semiasync: fedavg and fedsgd only")
-    clients_per_round: int | None = _f(SamplingOptions.clients_per_round, "sync: sample this many of the workers (ranks) per round (all when omitted)")
+    clients_per_round: int | None = _f(SamplingOptions.clients_per_round, "sync: sample this many of the workers (ranks) per round; semiasync: sample this many of the --clients per "
+                                    "round and wait for all of them (cross-device FedAvg as McMahan et al. run it); all when omitted")
     fedadp_alpha: float = _f(FedAdpOptions.fedadp_alpha, "sync, fedadp: Gompertz α")
     fedadp_angles: str = _f(FedAdpOptions.fedadp_angles, "sync, fedadp: angles exact (2 full AllReduces a round) or sketch (1)")
     # Semi-asynchronous mode (FedQS paper defaults).

@@ -22,7 +22,7 @@ log = logging.getLogger("fdahpc")
 class SyncMode(Mode):
     name = "sync"
     noun = "a synchronous strategy"
-    options = ("sync", "clients_per_round", "max_steps")
+    options = ("sync", "max_steps")
 
     def strategies(self) -> tuple[str, ...]:
         from .strategies import STRATEGIES

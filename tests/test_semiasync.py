@@ -129,3 +129,35 @@ def test_a_host_that_dies_ends_the_job_naming_it(tmp_path):
         proc.kill()
     assert proc.returncode != 0
     assert "[rank 1] fdahpc.train failed; aborting the job" in err
+
+
+def test_clients_per_round_is_cross_device_fedavg(tmp_path):
+    """--clients-per-round C: each round C distinct clients, drawn from (seed, round), all
+    started from the current model (staleness 0); the round ends with its slowest client;
+    C = N is --buffer N bit for bit, and where the clients live does not matter."""
+    from fdahpc.semiasync.clock import VirtualClock
+
+    common = ["--mode", "semiasync", "--strategy", "fedavg", "--clients", "6", "--rounds", "4", "--tau", "2",
+              "--seed", "1"]
+    sampled = train(tmp_path, "c3", *common, "--clients-per-round", "3")
+    on_two = train(tmp_path, "c3-2", *common, "--clients-per-round", "3", ranks=2)
+    every = train(tmp_path, "c6", *common, "--clients-per-round", "6")
+    full = train(tmp_path, "b6", *common, "--buffer", "6")
+    clock = VirtualClock(6, 50, 1, per_round=3)
+    rows = sampled["round/clients"][:]
+    assert [sorted(r) for r in rows.tolist()] == [clock.starters(None, r) for r in range(4)]
+    assert all(len(set(r)) == 3 for r in rows.tolist()) and sampled["round/staleness_max"][:].tolist() == [0] * 4
+    times = np.diff(np.concatenate([[0], sampled["round/virtual_time"][:]]))
+    assert times.tolist() == [int(max(clock.r[c] for c in r)) for r in rows.tolist()]
+    assert np.array_equal(sampled["final/model"][:], on_two["final/model"][:])
+    assert np.array_equal(every["final/model"][:], full["final/model"][:])
+    assert every["round/clients"][:].tolist() == full["round/clients"][:].tolist()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--clients-per-round", "3", "--buffer", "2"], "--buffer 2: with --clients-per-round 3 a round waits"),
+    (["--clients-per-round", "7"], "--clients-per-round 7: must be in [1, --clients 6]"),
+])
+def test_bad_clients_per_round_is_one_line(flags, message):
+    res = run_python(["-m", "fdahpc.train", "--mode", "semiasync", "--clients", "6", *flags], ranks=2, timeout=60)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and message in res.stderr, res.stderr

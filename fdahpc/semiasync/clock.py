@@ -14,6 +14,12 @@ Dynamic scenarios (FedQS §5.3), given as ``--scenario`` (several joined by comm
 - ``dropout@R:FRACTION``: at round R that fraction of the remaining clients leaves for good.
 Jobs already running when a scenario fires finish at the time they were given.
 
+Who starts a job after an aggregation (:meth:`VirtualClock.starters`): the clients just
+aggregated (semi-asynchronous FL: every client is always working), or, with
+``--clients-per-round C`` (cross-device FedAvg as McMahan et al. run it), C clients drawn
+for the next round from the ones present, seeded by (seed, round); the round then waits
+for all C, so its virtual time is its slowest client's.
+
 Nothing here communicates: the server owns the clock.
 """
 
@@ -41,7 +47,7 @@ def stream_rng(seed: int, stream: int) -> np.random.Generator:
 
 
 # Stream numbers, one per purpose (all semi-asynchronous randomness derives from them).
-SPEEDS, FLUCTUATION, DROPOUT, SHIFT = 1, 2, 3, 4
+SPEEDS, FLUCTUATION, DROPOUT, SHIFT, SAMPLING = 1, 2, 3, 4, 5
 #: Client c's FedQS label-test samples are picked in an order drawn from stream VALIDATION + c.
 VALIDATION = 100
 
@@ -98,16 +104,32 @@ class VirtualClock:
     scenarios that fire after aggregation round t and returns the clients that left.
     """
 
-    def __init__(self, num_clients: int, speed_ratio: int, seed: int, scenarios: tuple[Scenario, ...] = ()) -> None:
+    def __init__(self, num_clients: int, speed_ratio: int, seed: int, scenarios: tuple[Scenario, ...] = (),
+                 per_round: int | None = None) -> None:
         if num_clients < 1 or speed_ratio < 1:
             raise ValueError(f"clock: need num_clients >= 1 and speed_ratio >= 1, got {num_clients}, {speed_ratio}")
-        self.num_clients, self.ratio, self.seed = num_clients, int(speed_ratio), seed
+        if per_round is not None and not 1 <= per_round <= num_clients:
+            raise ValueError(f"--clients-per-round {per_round}: must be in [1, --clients {num_clients}]")
+        self.num_clients, self.ratio, self.seed, self.per_round = num_clients, int(speed_ratio), seed, per_round
         self.r = stream_rng(seed, SPEEDS).integers(1, self.ratio + 1, num_clients)
         self.active = np.ones(num_clients, dtype=bool)
         self.scenarios = {s.kind: s for s in scenarios}
         self._fluct = stream_rng(seed, FLUCTUATION)
         self._heap: list[tuple[int, int]] = []
         self._jobs = np.zeros(num_clients, dtype=np.int64)  # jobs started per client
+        self.in_flight = 0  # jobs started and not yet popped, of clients still present
+
+    def starters(self, aggregated: list[int] | None, rnd: int) -> list[int]:
+        """Who starts a job once round ``rnd`` has been aggregated (``aggregated``: its
+        clients; None at the start, round 0): the aggregated clients still present, or
+        everyone at the start; with ``per_round``, the sample of round ``rnd + 1``."""
+        present = np.flatnonzero(self.active)
+        if self.per_round is not None:
+            rng = streams.stream(self.seed, streams.SEMIASYNC, SAMPLING, rnd + 1)
+            return np.sort(rng.choice(present, min(self.per_round, len(present)), replace=False)).tolist()
+        if aggregated is None:
+            return present.tolist()
+        return [c for c in aggregated if self.active[c]]
 
     def start(self, client: int, now: int) -> int:
         """Schedule client's next job from ``now``; returns its completion time."""
@@ -118,6 +140,7 @@ class VirtualClock:
         self._jobs[client] += 1
         done = now + int(self.r[client])
         heapq.heappush(self._heap, (done, client))
+        self.in_flight += 1
         return done
 
     def pop(self) -> tuple[int, int] | None:
@@ -125,6 +148,7 @@ class VirtualClock:
         while self._heap:
             t, client = heapq.heappop(self._heap)
             if self.active[client]:
+                self.in_flight -= 1
                 return t, client
         return None
 
@@ -143,6 +167,8 @@ class VirtualClock:
             return []
         present = np.flatnonzero(self.active)
         leaving = np.sort(stream_rng(self.seed, DROPOUT).choice(present, int(round(drop.value * len(present))), replace=False))
+        gone = set(leaving.tolist())
+        self.in_flight -= sum(1 for _, c in self._heap if c in gone and self.active[c])
         self.active[leaving] = False
         return leaving.tolist()
 
@@ -154,3 +180,4 @@ class VirtualClock:
         self.r, self.ratio, self.active = state["r"].copy(), state["ratio"], state["active"].copy()
         self._heap, self._jobs = list(state["heap"]), state["jobs"].copy()
         self._fluct.bit_generator.state = state["fluct"]
+        self.in_flight = sum(int(self.active[c]) for _, c in self._heap)

@@ -71,6 +71,8 @@ class SemiAsyncMode(Mode):
     def resolve(self, cfg) -> dict:
         clients = cfg.clients if cfg.clients is not None else DEFAULT_CLIENTS
         buffer = min(DEFAULT_BUFFER, clients) if isinstance(clients, int) and clients >= 1 else DEFAULT_BUFFER
+        if cfg.clients_per_round is not None:  # cross-device FedAvg: a round waits for its sample
+            buffer = cfg.clients_per_round
         return {"strategy": "fedqs-avg", "clients": clients, "buffer": buffer, "rounds": DEFAULT_ROUNDS}
 
     def check(self, cfg) -> None:
@@ -93,7 +95,13 @@ class SemiAsyncMode(Mode):
                 f"--weighting {cfg.weighting}: in semiasync mode only fedavg and fedsgd take it ({cfg.strategy} weighs "
                 "updates itself); drop it")
         require(cfg.clients >= 1, f"--clients {cfg.clients}: must be >= 1, e.g. --clients 100")
+        if cfg.clients_per_round is not None:
+            require(1 <= cfg.clients_per_round <= cfg.clients, f"--clients-per-round {cfg.clients_per_round}: must be "
+                    f"in [1, --clients {cfg.clients}], e.g. --clients-per-round 10")
         require(1 <= cfg.buffer <= cfg.clients, f"--buffer {cfg.buffer}: must be in [1, --clients {cfg.clients}], e.g. --buffer 10")
+        if cfg.clients_per_round is not None:
+            require(cfg.buffer == cfg.clients_per_round, f"--buffer {cfg.buffer}: with --clients-per-round "
+                    f"{cfg.clients_per_round} a round waits for all its clients; drop --buffer")
         require(cfg.rounds >= 1, f"--rounds {cfg.rounds}: must be >= 1, e.g. --rounds 400")
         require(cfg.speed_ratio >= 1, f"--speed-ratio {cfg.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
         parse_scenarios(cfg.scenario)
@@ -149,7 +157,8 @@ class SemiAsyncMode(Mode):
         if comm.is_root:
             from .server import Server
 
-            clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario))
+            clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
+                                 per_round=cfg.clients_per_round)
             role = Server(comm, model, flat, rule, clock, hosts, torch.from_numpy(data.x_test),
                           torch.from_numpy(data.y_test), cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
                           target_accuracy=cfg.target_accuracy, log_every=cfg.log_every)

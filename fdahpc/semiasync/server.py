@@ -301,8 +301,8 @@ class Server:
         self.run_file = run_file
         self._started = time.perf_counter()
         if self.fresh:
-            everyone = list(range(len(self.host_of)))
-            self.sent += self._send_model(everyone, {c: self.clock.start(c, 0) for c in everyone}, 0)
+            first = self.clock.starters(None, 0)
+            self.sent += self._send_model(first, {c: self.clock.start(c, 0) for c in first}, 0)
         buffer: list[Update] = []
         types = np.zeros(len(CLIENT_TYPES), dtype=np.int64)
         headers: list[np.ndarray] = []
@@ -311,7 +311,7 @@ class Server:
             now, update, header = self._next_update(self.version, types)
             buffer.append(update)
             headers.append(header)
-            if len(buffer) < min(self.buffer_size, int(self.clock.active.sum())):
+            if len(buffer) < self.buffer_size and self.clock.in_flight > 0:
                 continue
             weights = self._aggregate(buffer)
             if not bool(torch.isfinite(self.flat.state).all()):
@@ -326,7 +326,7 @@ class Server:
             self.accuracy.append(acc)
             self._dropout()
             ids = [u.client for u in buffer]
-            again = [c for c in ids if self.clock.active[c]]
+            again = self.clock.starters(ids, self.version)
             next_done = {c: self.clock.start(c, now) for c in again}
             received = sum(u.payload.numel() * 4 + h.nbytes for u, h in zip(buffer, headers))
             # The last round sends too when the run can be continued from its checkpoint.
