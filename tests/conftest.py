@@ -46,11 +46,13 @@ SMALL = dict(dataset="mnist5k", model="lenet5", batch_size=16, log_every=10**6)
 
 def train_inprocess(comm, out, **options):
     """One run of ``fdahpc.run`` on ``comm`` (every rank calls it), :data:`SMALL` unless
-    ``options`` say otherwise; (the built run, its result). Rank 0's ``out`` is used."""
+    ``options`` say otherwise; (the built run, its result). Rank 0's ``out`` is used (None:
+    the default, or a resumed run's own file)."""
     from fdahpc.config import TrainConfig
     from fdahpc.run import build, run
 
-    cfg = TrainConfig(**{**SMALL, "out": comm.bcast_obj(str(out)), **options})
+    out = comm.bcast_obj(None if out is None else str(out))  # None: a resumed run's own file
+    cfg = TrainConfig(**{**SMALL, "out": out, **options})
     setup = build(cfg, comm)
     return setup, run(setup)
 

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, run_python, train_cli
+from conftest import REPO, run_python, train_cli, train_inprocess
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,29 @@ def _same_runs(a, b):
         assert fa.attrs["syncs"] == fb.attrs["syncs"] and fb.attrs["status"] == "finished"
 
 
+#: The same settings as FAMILIES, as options.
+OPTIONS = {"synchronous": {}, "fedavg": dict(tau=7, clients_per_round=1), "linearfda": dict(theta=0.3),
+           "sketchfda": dict(theta=0.3), "fedadam": dict(tau=5), "fedadp": dict(tau=5)}
+
+
+@pytest.mark.distributed
 @pytest.mark.parametrize("family", FAMILIES)
-def test_stop_and_resume_equals_straight_run(tmp_path, family):
+def test_resume_continues_bit_for_bit(comm, tmp_path, family):
+    """In this process (on 1 rank, and on 2 under the MPI suite): 20 steps, a checkpoint,
+    then 20 more from it equal 40 steps straight."""
+    options = dict(strategy=family, eval_every=10, **OPTIONS[family])
+    ck = comm.bcast_obj(str(tmp_path / "ck"))
+    train_inprocess(comm, tmp_path / "straight.h5", max_steps=40, **options)
+    train_inprocess(comm, tmp_path / "resumed.h5", max_steps=20, checkpoint_dir=ck, **options)
+    resumed, _ = train_inprocess(comm, None, max_steps=40, checkpoint_dir=ck, resume="auto", **options)
+    assert resumed.resumed is not None and resumed.out == comm.bcast_obj(str(tmp_path / "resumed.h5"))
+    if comm.is_root:
+        _same_runs(tmp_path / "straight.h5", tmp_path / "resumed.h5")  # the resumed run continued resumed.h5
+
+
+def test_stop_and_resume_equals_straight_run(tmp_path):
+    """The same through the command line, under mpiexec, for one family."""
+    family = "sketchfda"
     args = ["--strategy", family, *FAMILIES[family]]
     ck = str(tmp_path / "ck")
     straight = _train(tmp_path, "straight", *args, "--max-steps", "40")

@@ -106,7 +106,6 @@ BAD_INPUT = [
     (["--checkpoint-dir", "/proc/fdahpc/ck"], "--checkpoint-dir /proc/fdahpc/ck: not writable"),
     (["--checkpoint-every", "10"], "--checkpoint-every: needs --checkpoint-dir"),
     (["--resume", "/nonexistent/ck"], "--resume /nonexistent/ck: no complete checkpoint"),
-    (["--device", "cuda"], "--device cuda: --backend mpi reduces CPU buffers"),
     (["--comm-timeout", "0"], "--comm-timeout 0"),
     # Ranges a strategy's own classes check, at build time, in the same one line:
     (["--theta", "-1"], "--theta -1.0: must be >= 0"),
@@ -120,17 +119,40 @@ BAD_INPUT = [
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("args,needle", BAD_INPUT)
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+def _bad_input_argv(tmp_path, args):
     defaults = {"--max-steps": "1", "--out": str(tmp_path / "x.h5")}
-    extra = [tok for flag, value in defaults.items() if flag not in args for tok in (flag, value)]
-    proc = run_python(["-m", "fdahpc.train", *args, *extra], ranks=2, timeout=120)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and "error" in lines[0] and needle in lines[0], proc.stderr
-    assert "Traceback" not in proc.stderr
+    return [*args, *(tok for flag, value in defaults.items() if flag not in args for tok in (flag, value))]
+
+
+def _one_error_line(code, stderr, needle, tmp_path):
+    assert code == 2, (code, stderr[-2000:])
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "error" in lines[0] and needle in lines[0], stderr
+    assert "Traceback" not in stderr
     assert not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.parametrize("args,needle", BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
+    """Each bad input through ``fdahpc.train.main`` itself, in this process (one rank)."""
+    from fdahpc.train import main
+
+    code = main(_bad_input_argv(tmp_path, args))
+    _one_error_line(code, capsys.readouterr().err, needle, tmp_path)
+
+
+#: Under mpiexec, one case per place an error is caught (the flags, the options' checks,
+#: setup on every rank, the communicator): every rank agrees and rank 0 alone says it.
+MPI_BAD_INPUT = [case for case in BAD_INPUT if case[0][0] in ("--model", "--dataset", "--sketch-cols")] + [
+    (["--device", "cuda"], "--device cuda: --backend mpi reduces CPU buffers"),  # the MPI backend's own check
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,needle", MPI_BAD_INPUT)
+def test_bad_input_on_two_ranks_is_one_line_and_exit_2(tmp_path, args, needle):
+    proc = run_python(["-m", "fdahpc.train", *_bad_input_argv(tmp_path, args)], ranks=2, timeout=120)
+    _one_error_line(proc.returncode, proc.stderr, needle, tmp_path)
 
 
 @pytest.mark.slow
