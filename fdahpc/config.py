@@ -93,6 +93,9 @@ class TrainConfig:
                                     "(code is its old name) or misread (ablation: the old exp(φ-F)/(2φ-F)·(1+G)/2K)")
     fedqs_authors_momentum: bool = _f(False, "semiasync, FedQS authors variant: their other files' momentum m0 + min(2(1/G-1), 0.4) "
                                       "instead of none")
+    fedqs_sketch_similarity: bool = _f(False, "semiasync, FedQS paper variant: estimate Mod1's cosine from AMS "
+                                       "sketches (5x250) of the client's last update and of the global step: a client "
+                                       "keeps 5 KB instead of its whole update (its error: benchmarks/fedqs_sketch.py)")
     fedqs_no_momentum: bool = _f(False, "semiasync, FedQS ablation: no momentum for any client type")
     fedqs_no_feedback: bool = _f(False, "semiasync, FedQS ablation: no feedback weights (base weights n_i/n only)")
     # Output and runtime.

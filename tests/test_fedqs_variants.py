@@ -65,3 +65,44 @@ def test_variants_are_rank_count_independent(tmp_path):
     a, b = train(tmp_path, "r2", *flags, ranks=2), train(tmp_path, "r3", *flags, ranks=3)
     assert np.array_equal(a["round/clients"][:], b["round/clients"][:])
     assert np.array_equal(a["final/model"][:], b["final/model"][:])
+
+
+def test_sketched_cosine_is_close_to_the_exact_one():
+    """5 x 250 sketches: a row's cosine has sd about (1 - ρ²)/√250 ≈ 0.05 at ρ = 0.5, the
+    median of five rows less; 0.12 is well beyond it, so an estimate off by more is a bug."""
+    import torch
+
+    from fdahpc.aggregate import sketch_cosine
+    from fdahpc.semiasync.fedqs import similarity
+    from fdahpc.sketch import AmsSketch
+
+    g = torch.Generator().manual_seed(0)
+    a, noise = torch.randn(20000, generator=g), torch.randn(20000, generator=g)
+    for rho in (-0.5, 0.0, 0.5, 0.9):
+        b = rho * a + (1 - rho ** 2) ** 0.5 * noise
+        exact = similarity(a, b, "cosine")
+        for seed in range(5):
+            sk = AmsSketch(a.numel(), seed=seed)
+            assert abs(sketch_cosine(sk.sketch(a), sk.sketch(b)) - exact) < 0.12, (rho, seed)
+
+
+def test_sketch_similarity_is_the_paper_cosines_alone():
+    from fdahpc.semiasync.fedqs import FedQSParams
+
+    with pytest.raises(ValueError, match="--fedqs-sketch-similarity True: estimates the paper variant's cosine"):
+        FedQSParams(variant="authors", sketch=True)
+    with pytest.raises(ValueError, match="--fedqs-sketch-similarity"):
+        FedQSParams(similarity="euclidean", sketch=True)
+
+
+def test_with_sketch_similarity_a_client_keeps_a_sketch_not_its_update(tmp_path):
+    """What a host keeps per client is what it checkpoints: a 5 x 250 float32 sketch (5 KB)."""
+    from fdahpc import checkpoint
+
+    ck = tmp_path / "ck"
+    f = train(tmp_path, "sk", "--strategy", "fedqs-avg", "--fedqs-sketch-similarity", "--checkpoint-dir", str(ck))
+    assert f.attrs["status"] == "finished"
+    folder = checkpoint.latest(str(ck))
+    state = checkpoint.load_rank(folder, checkpoint.read_manifest(folder), 1)
+    kept = [c["delta"] for c in state["role"]["clients"].values() if c["delta"] is not None]
+    assert kept and all(isinstance(d, np.ndarray) and d.shape == (5, 250) and d.dtype == np.float32 for d in kept)

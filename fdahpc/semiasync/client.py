@@ -29,10 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..comm import Communicator, Outbox
 from .. import faults
+from ..aggregate import sketch_cosine
+from ..comm import Communicator, Outbox
 from ..control import Diverged
 from ..evaluate import score
+from ..sketch import AmsSketch
 from ..worker import BatchStream, local_steps, make_optimizer
 from .fedqs import (FedQSParams, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
                     similarity)
@@ -70,7 +72,7 @@ class _Client:
     f_bar: float = 1.0
     s_bar: float = float("nan")
     jobs: int = 0
-    delta: torch.Tensor | None = None  # FedQS: its last local update (parameters only)
+    delta: torch.Tensor | np.ndarray | None = None  # FedQS: its last local update (parameters only), or its sketch
 
 
 class Host:
@@ -82,6 +84,10 @@ class Host:
         self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
         self.fedqs, self.num_classes, self.clip_grad_norm = fedqs, num_classes, clip_grad_norm
         self.layers = layer_bounds(model)  # the authors' per-layer angle
+        # --fedqs-sketch-similarity: one sketcher for the host; each client keeps the sketch
+        # of its last update, each version received the sketch of its global step.
+        self.sketcher = AmsSketch(flat.dim, seed=seed) if fedqs is not None and fedqs.sketch else None
+        self.ref_sketches: dict[int, np.ndarray] = {}
         self.clients = {i: _Client(d, fedqs.eta0 if fedqs else lr) for i, d in clients.items()}
         self.versions: dict[int, torch.Tensor] = {}
         self.ready: list[tuple[float, int]] = []
@@ -126,6 +132,7 @@ class Host:
         used = {c.start for c in self.clients.values() if c.start is not None}
         for v in [v for v in self.versions if v not in used]:
             del self.versions[v]
+            self.ref_sketches.pop(v, None)
 
     # One local job ------------------------------------------------------------
     def _decide(self, c: _Client):
@@ -135,6 +142,10 @@ class Host:
         ref = self.versions[c.start][self.flat.state.numel():]
         if self.fedqs.variant == "authors":
             s_i = layer_angle(c.delta, ref, self.layers)
+        elif self.sketcher is not None:
+            if c.start not in self.ref_sketches:
+                self.ref_sketches[c.start] = self.sketcher.sketch(ref).astype(np.float32)
+            s_i = sketch_cosine(c.delta, self.ref_sketches[c.start])
         else:
             s_i = similarity(c.delta, ref, self.fedqs.similarity)
         s_bar = s_i if np.isnan(c.s_bar) else c.s_bar
@@ -183,6 +194,8 @@ class Host:
         if self.fedqs is not None:
             c.lr = lr
             c.delta = self.flat.w - w_start[: self.flat.dim]
+            if self.sketcher is not None:
+                c.delta = self.sketcher.sketch(c.delta).astype(np.float32)  # 5 KB with the default 5 x 250
         payload = self.flat.state.clone() if self.uploads == "model" else self.flat.state - w_start
         header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,
                          similarity=0.0 if np.isnan(s_i) else s_i, feedback=float(bool(decision and decision.feedback)),

@@ -159,7 +159,8 @@ def layer_angle(delta: torch.Tensor, ref: torch.Tensor, layers: list[tuple[int, 
 # The command-line flag of each field, so an error names what the user typed.
 _FLAGS = {"eta0": "--lr", "a": "--fedqs-a", "m0": "--fedqs-m0", "k": "--fedqs-k",
           "lr_min": "--fedqs-lr-min", "lr_max": "--fedqs-lr-max", "variant": "--fedqs-variant",
-          "similarity": "--fedqs-similarity", "authors_momentum": "--fedqs-authors-momentum"}
+          "similarity": "--fedqs-similarity", "authors_momentum": "--fedqs-authors-momentum",
+          "sketch": "--fedqs-sketch-similarity"}
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ class FedQSParams:
     variant: str = "paper"  # "paper" or "authors" (module docstring)
     similarity: str = "cosine"  # paper variant's Mod① similarity (the authors' variant uses layer_angle)
     authors_momentum: bool = False  # authors variant: their other files' m = m0 + min(2 (1/G - 1), 0.4)
+    sketch: bool = False  # paper variant, cosine: Mod①'s cosine from AMS sketches (a client keeps l·m floats, not 4·d bytes)
 
     def __post_init__(self) -> None:
         def fail(name: str, rule: str, example: str) -> None:
@@ -209,7 +211,7 @@ class FedQSParams:
             fail("g_max", "must be positive", "2.0")
         if not 0 <= number("label_gap") <= 1:
             fail("label_gap", "must be a fraction in [0, 1] (per-label accuracies are fractions)", "0.30")
-        for name in ("momentum", "authors_momentum"):
+        for name in ("momentum", "authors_momentum", "sketch"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 fail(name, "must be True or False", "False")
         if self.variant not in VARIANTS:
@@ -218,6 +220,9 @@ class FedQSParams:
             fail("similarity", f"unknown; choose one of {', '.join(SIMILARITIES)}", "cosine")
         if self.authors_momentum and self.variant != "authors":
             fail("authors_momentum", "is the authors' variant's momentum; add --fedqs-variant authors or drop it", "False")
+        if self.sketch and (self.variant != "paper" or self.similarity != "cosine"):
+            fail("sketch", "estimates the paper variant's cosine; use it with --fedqs-variant paper and "
+                 "--fedqs-similarity cosine, or drop it", "False")
 
 
 def classify(f_i: float, f_bar: float, s_i: float, s_bar: float, variant: str = "paper") -> int:

@@ -29,7 +29,7 @@ def fedqs_params(cfg):
     return FedQSParams(eta0=cfg.lr or DEFAULT_LR, a=cfg.fedqs_a, m0=cfg.fedqs_m0, k=cfg.fedqs_k,
                        lr_min=cfg.fedqs_lr_min, lr_max=cfg.fedqs_lr_max, momentum=not cfg.fedqs_no_momentum,
                        variant=cfg.fedqs_variant, similarity=cfg.fedqs_similarity,
-                       authors_momentum=cfg.fedqs_authors_momentum)
+                       authors_momentum=cfg.fedqs_authors_momentum, sketch=cfg.fedqs_sketch_similarity)
 
 
 def host_of(num_clients: int, world_size: int) -> np.ndarray:
