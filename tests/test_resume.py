@@ -2,6 +2,7 @@
 a full disk, and reading the run file while the job writes it."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,9 +74,17 @@ def test_stop_and_resume_equals_straight_run(tmp_path):
     _same_runs(tmp_path / "straight.h5", tmp_path / "resumed.h5")  # the resumed run continued resumed.h5
 
 
-def test_resume_refuses_another_world_size_or_strategy(tmp_path):
-    ck = str(tmp_path / "ck")
-    assert _train(tmp_path, "a", "--strategy", "fedavg", "--max-steps", "10", "--checkpoint-dir", ck).returncode == 0
+@pytest.fixture(scope="module")
+def fedavg_checkpoint(tmp_path_factory):
+    """One 2-rank fedavg run of 10 steps with its checkpoint, for the tests that resume it."""
+    tmp = tmp_path_factory.mktemp("fedavg-ck")
+    proc = _train(tmp, "a", "--strategy", "fedavg", "--max-steps", "10", "--checkpoint-dir", str(tmp / "ck"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tmp / "ck"
+
+
+def test_resume_refuses_another_world_size_or_strategy(fedavg_checkpoint):
+    ck = str(fedavg_checkpoint)
     for ranks, extra, needle in ((1, ["--strategy", "fedavg"], "world size 2 (this run: 1)"),
                                  (2, ["--strategy", "linearfda"], "--strategy 'fedavg' (this run: 'linearfda')")):
         proc = run_python([*BASE, *extra, "--max-steps", "20", "--checkpoint-dir", ck, "--resume", "auto"], ranks=ranks)
@@ -83,9 +92,9 @@ def test_resume_refuses_another_world_size_or_strategy(tmp_path):
         assert needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_corrupt_checkpoint_is_refused_with_one_line(tmp_path):
+def test_corrupt_checkpoint_is_refused_with_one_line(tmp_path, fedavg_checkpoint):
     ck = tmp_path / "ck"
-    assert _train(tmp_path, "a", "--strategy", "fedavg", "--max-steps", "10", "--checkpoint-dir", str(ck)).returncode == 0
+    shutil.copytree(fedavg_checkpoint, ck)  # a copy: the fixture's checkpoint stays intact
     rank_file = ck / "ckpt-000000010" / "rank-00001.pt"
     rank_file.write_bytes(rank_file.read_bytes()[:-1000])
     proc = run_python([*BASE, "--strategy", "fedavg", "--max-steps", "20", "--resume", str(ck)], ranks=2)

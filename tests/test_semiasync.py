@@ -142,8 +142,8 @@ def test_clients_per_round_is_cross_device_fedavg(tmp_path):
               "--seed", "1"]
     sampled = train(tmp_path, "c3", *common, "--clients-per-round", "3")
     on_two = train(tmp_path, "c3-2", *common, "--clients-per-round", "3", ranks=2)
-    every = train(tmp_path, "c6", *common, "--clients-per-round", "6")
-    full = train(tmp_path, "b6", *common, "--buffer", "6")
+    every = train(tmp_path, "c6", *common, "--clients-per-round", "6", ranks=2)
+    full = train(tmp_path, "b6", *common, "--buffer", "6", ranks=2)
     clock = VirtualClock(6, 50, 1, per_round=3)
     rows = sampled["round/clients"][:]
     assert [sorted(r) for r in rows.tolist()] == [clock.starters(None, r) for r in range(4)]
