@@ -214,3 +214,22 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     # auto 0.009 GB at 1300 steps; cheapest tuned Θ=64 (0.0055) -> 1.64x; in <= 1300 steps: Θ=4 (0.008) -> 1.12x
     line = next(v for v in verdicts if "linearfda auto (1 ep)" in v)
     assert "1.64x its GB" in line and "Θ=4 0.0080 GB (1.12x)" in line
+
+
+def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
+    import time_to_accuracy as tta
+    from cost_model import fabric_allreduce_seconds as T
+
+    d, k, steps, syncs = 1000, 4, 100, 3
+    fedavg = dict(workers=k, steps=steps, gb=syncs * 2 * k * 4 * d / 1e9, family="fedavg", auto="False", knob="1 ep",
+                  run_files="x")
+    t, got = tta.seconds(fedavg, d, 0.01, "ethernet-10g")
+    assert got == syncs and t == pytest.approx(steps * 0.01 + syncs * T(4 * d, k, "ethernet-10g"))
+    # LinearFDA with --theta auto: the first round (1 epoch = ceil(60000/4/32) = 469 steps) is unmonitored.
+    monitored = 600 - 469
+    auto = dict(fedavg, family="linearfda", auto="True", knob="auto (1 ep)", steps=600,
+                gb=(syncs * 2 * k * 4 * d + k * (monitored * 8 + 4)) / 1e9)
+    t, got = tta.seconds(auto, d, 0.01, "cross-site-1g")
+    assert got == syncs
+    assert t == pytest.approx(600 * 0.01 + syncs * T(4 * d, k, "cross-site-1g") + monitored * T(8, k, "cross-site-1g")
+                              + T(4, k, "cross-site-1g"))

@@ -1,0 +1,137 @@
+"""Time to accuracy on modelled fabrics, from the frontier's measured runs.
+
+    python benchmarks/time_to_accuracy.py        # reads benchmarks/frontier.csv and benchmarks/scaling.csv
+
+For every run of ``frontier.csv`` that reached its target: the wall time it would take on K
+ranks joined by each fabric of :data:`cost_model.FABRICS` (10 Gb/s Ethernet, 100 Gb/s
+InfiniBand, a 1 Gb/s link between sites; α–β, latencies stated there), from what was
+measured:
+
+    time = steps · compute + syncs · T(4d, K) + [FDA] steps · T(state, K)
+
+- steps: the run's local steps to the target; syncs: its model AllReduces to the target,
+  recovered from its measured bytes to the target in the FDA paper's convention
+  (``bytes = syncs · 2 · K · 4d + monitored steps · K · state``; ``--theta auto`` leaves its
+  first round unmonitored and adds one 4-byte reduction);
+- compute: this CPU's single-threaded time of one local step plus the strategy's own work
+  (FDA's drift, dots, sketch), as ``scaling.py`` measured it (``scaling.csv``);
+- T: the α–β AllReduce time of :func:`cost_model.fabric_allreduce_seconds`.
+
+Printed per setting and target: each fabric's fastest run of each family and which family
+is fastest, with its lead. Compute is this machine's CPU; on a GPU it shrinks and the
+communication weighs more (``scaling.py``'s break-even column says by how much).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+
+import _common  # noqa: F401
+from _common import REPO_ROOT, print_report
+from cost_model import FABRICS, fabric_allreduce_seconds
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--frontier", default=os.path.join(REPO_ROOT, "benchmarks", "frontier.csv"))
+    p.add_argument("--scaling", default=os.path.join(REPO_ROOT, "benchmarks", "scaling.csv"))
+    return p.parse_args(argv)
+
+
+def compute_per_step(path: str) -> dict[tuple[str, str], float]:
+    """(model, strategy) → CPU seconds of a local step plus the strategy's own work (scaling.py's projection rows)."""
+    with open(path, newline="") as fh:
+        return {(r["model"], r["strategy"]): float(r["compute_seconds"]) for r in csv.DictReader(fh)
+                if r["part"] == "projected" and r["compute_seconds"]}
+
+
+def model_params(model: str) -> int:
+    """Trainable parameters of ``model`` on 28×28 grey images, 10 classes (the frontier's FashionMNIST)."""
+    from fdahpc.models import build_model
+
+    return sum(p.numel() for p in build_model(model, 1, 28, 10).parameters() if p.requires_grad)
+
+
+def state_bytes(family: str) -> int:
+    """What FDA's trigger reduces every step: LinearFDA 8 bytes, SketchFDA 4·(1 + l·m)."""
+    from fdahpc.sketch import AmsSketch
+
+    if family == "linearfda":
+        return 8
+    if family == "sketchfda":
+        sk = AmsSketch(1)
+        return 4 * (1 + sk.rows * sk.cols)
+    return 0
+
+
+#: The frontier's training set (FashionMNIST) and batch: an epoch is ceil(60 000 / K / 32) steps per rank.
+TRAIN_SAMPLES, BATCH = 60_000, 32
+
+
+def monitored_steps(row: dict) -> tuple[int, int]:
+    """(steps that reduced FDA's state, extra monitoring bytes per rank): every step, except
+    that ``--theta auto`` runs its first round (``auto (E ep)``) unmonitored and then
+    reduces 4 bytes once."""
+    steps = int(row["steps"])
+    if row["auto"] != "True":
+        return steps, 0
+    epochs = float(row["knob"].split("(")[1].split()[0])
+    calibration = round(epochs * math.ceil(TRAIN_SAMPLES / int(row["workers"]) / BATCH))
+    return max(0, steps - calibration), 4
+
+
+def seconds(row: dict, d: int, compute: float, fabric: str) -> tuple[float, int]:
+    """(wall seconds to the target on ``fabric``, model AllReduces to the target)."""
+    k, steps, total = int(row["workers"]), int(row["steps"]), float(row["gb"]) * 1e9
+    state = state_bytes(row["family"])
+    monitored, extra = monitored_steps(row) if state else (0, 0)
+    syncs = round((total - k * (monitored * state + extra)) / (2 * k * 4 * d))
+    if syncs < 0:
+        raise ValueError(f"{row['run_files']}: {total:.0f} bytes to the target cannot hold {monitored} monitored steps")
+    comm = syncs * fabric_allreduce_seconds(4 * d, k, fabric)
+    if state:
+        comm += monitored * fabric_allreduce_seconds(state, k, fabric) + fabric_allreduce_seconds(extra, k, fabric)
+    return steps * compute + comm, syncs
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    compute = compute_per_step(args.scaling)
+    with open(args.frontier, newline="") as fh:
+        runs = [r for r in csv.DictReader(fh) if r["reached"] == "True"]
+    params: dict[str, int] = {}
+    by_case: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        by_case.setdefault((r["setting"], r["target"]), []).append(r)
+    for (setting, target), rows in by_case.items():
+        model = rows[0]["model"]
+        d = params.setdefault(model, model_params(model))
+        table = []
+        for fabric in FABRICS:
+            best: dict[str, tuple[float, dict, int]] = {}
+            for r in rows:
+                c = compute[model, r["family"]]
+                t, syncs = seconds(r, d, c, fabric)
+                if r["family"] not in best or t < best[r["family"]][0]:
+                    best[r["family"]] = (t, r, syncs)
+            order = sorted(best.items(), key=lambda kv: kv[1][0])
+            (win, (t_win, r_win, _)), (second, (t_second, _, _)) = order[0], order[1]
+            for family, (t, r, syncs) in sorted(best.items()):
+                name = f"{family} {r['knob'] or ''}{' auto' if r['auto'] == 'True' else ''}".strip()
+                table.append([fabric, name, r["steps"], syncs, f"{t:.1f}",
+                              f"fastest, {t_second / t_win:.2f}x ahead of {second}" if family == win else
+                              f"{t / t_win:.2f}x the fastest"])
+        print_report(f"{setting}, target {target}: modelled wall time to the target (K ranks, d = {d:,})",
+                     ["fabric", "family's fastest run", "steps", "model syncs", "seconds", ""], table,
+                     "model syncs: model AllReduces to the target, from the run's measured bytes; seconds: modelled")
+    fab = "; ".join(f"{name}: {f.gbps:g} Gb/s, α = {f.latency_us:g} µs" for name, f in FABRICS.items())
+    print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
