@@ -3,6 +3,7 @@ is refused, naming its flag) or takes effect on ``--resume`` and is recorded in 
 No option is silently ignored."""
 
 import json
+import logging
 from dataclasses import fields
 
 import h5py
@@ -27,7 +28,7 @@ CHANGED = dict(
     clients_per_round=1, fedadp_alpha=3.0, fedadp_angles="sketch", clients=50, buffer=5, rounds=10, speed_ratio=10,
     scenario="fluctuate:10", fedqs_a=0.01, fedqs_m0=0.2, fedqs_k=0.3, fedqs_lr_min=0.002, fedqs_lr_max=0.3,
     fedqs_variant="authors", fedqs_similarity="euclidean", fedqs_feedback="authors", fedqs_authors_momentum=True,
-    fedqs_no_momentum=True, fedqs_no_feedback=True, out="other.h5", checkpoint_dir="elsewhere", checkpoint_every=5,
+    fedqs_sketch_similarity=True, fedqs_no_momentum=True, fedqs_no_feedback=True, out="other.h5", checkpoint_dir="elsewhere", checkpoint_every=5,
     resume="auto", stop_check_every=3, backend="mpi", device="cpu", comm_timeout=60.0, threads=2, log_every=5,
 )
 
@@ -77,19 +78,22 @@ def test_every_option_is_given_in_some_mode():
     assert usable == {f.name for f in fields(TrainConfig)}
 
 
-BASE = ["-m", "fdahpc.train", "--strategy", "linearfda", "--theta", "1", "--batch-size", "16", "--log-every", "1000"]
+BASE = ["--strategy", "linearfda", "--theta", "1", "--batch-size", "16", "--log-every", "1000"]
 
 
-def test_a_changed_theta_is_refused_and_a_changed_schedule_takes_effect(tmp_path):
+def test_a_changed_theta_is_refused_and_a_changed_schedule_takes_effect(tmp_path, capsys, caplog):
+    """Through ``fdahpc.train.main`` in this process (one rank), as the command line runs it."""
+    from fdahpc.train import main
+
     ck, out = str(tmp_path / "ck"), str(tmp_path / "run.h5")
-    first = run_python([*BASE, "--max-steps", "10", "--eval-every", "5", "--checkpoint-dir", ck, "--out", out])
-    assert first.returncode == 0, first.stderr[-2000:]
-    theta = run_python([*BASE, "--theta", "4", "--max-steps", "20", "--checkpoint-dir", ck, "--resume", "auto"])
-    assert theta.returncode == 2 and theta.stderr.count("\n") == 1, theta.stderr
-    assert "--theta 1.0 (this run: 4.0)" in theta.stderr
-    longer = run_python([*BASE, "--max-steps", "20", "--eval-every", "4", "--checkpoint-dir", ck, "--resume", "auto"])
-    assert longer.returncode == 0, longer.stderr[-2000:]
-    assert "--eval-every now 4 (was 5)" in longer.stdout and "--max-steps now 20 (was 10)" in longer.stdout
+    assert main([*BASE, "--max-steps", "10", "--eval-every", "5", "--checkpoint-dir", ck, "--out", out]) == 0
+    capsys.readouterr()
+    assert main([*BASE, "--theta", "4", "--max-steps", "20", "--checkpoint-dir", ck, "--resume", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--theta 1.0 (this run: 4.0)" in err, err
+    with caplog.at_level(logging.INFO, logger="fdahpc"):
+        assert main([*BASE, "--max-steps", "20", "--eval-every", "4", "--checkpoint-dir", ck, "--resume", "auto"]) == 0
+    assert "--eval-every now 4 (was 5)" in caplog.text and "--max-steps now 20 (was 10)" in caplog.text
     with h5py.File(out, "r") as h5:
         assert h5["eval/step"][()].tolist() == [5, 10, 12, 16, 20]  # the new schedule, from the checkpoint on
         assert json.loads(h5.attrs["config"])["eval_every"] == 4 and h5.attrs["mode"] == "sync"
