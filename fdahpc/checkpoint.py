@@ -9,9 +9,10 @@ A checkpoint is complete when its manifest exists: every rank writes its file un
 temporary name, fsyncs and renames it; the ranks then agree that all of them succeeded,
 and only then does rank 0 write the manifest (again temporary name, fsync, rename). The
 manifest names each file with its size and CRC-32, the run's identity (world size, model
-size and every option that may not change on ``--resume``), its whole configuration, the run's provenance (:mod:`fdahpc.provenance`: versions,
-kernels, hosts; one record per segment) and the run file's row counts. Rank 0 keeps the newest
-``keep`` complete checkpoints and removes older ones and any incomplete leftovers.
+size and every option that may not change on ``--resume``), its whole configuration, the
+run's provenance (:mod:`fdahpc.provenance`: versions, kernels, hosts; one record per
+segment) and the run file's row counts. Rank 0 keeps the newest ``keep`` complete
+checkpoints and removes older ones and any incomplete leftovers.
 
 Files are data, never code: rank files are ``torch.save`` archives of tensors and plain
 Python values, read back with ``torch.load(weights_only=True)``, which refuses any other

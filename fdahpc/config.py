@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .options import (FDAOptions, FedAdamOptions, FedAdpOptions, FedAvgMOptions, MeanOptions, PeriodicOptions,
-                      SamplingOptions, SketchFDAOptions, SketchShape, _pair, theta_value)
+                      SamplingOptions, SketchFDAOptions, SketchShape, betas_value, theta_value)
 
 __all__ = ["TrainConfig", "parse_args", "RESUMABLE"]
 
@@ -54,7 +54,7 @@ class TrainConfig:
     theta: float | str = _f(FDAOptions.theta, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it), or auto: Θ = the "
                             "exact variance of a first round --theta-auto-epochs long", parse="theta")
     theta_auto_epochs: float = _f(FDAOptions.theta_auto_epochs, "--theta auto: length of the first (calibration) round, in epochs")
-    fda_lag: int = _f(FDAOptions.fda_lag, "sync, FDA triggers: 1 reduces the state during the next local step and decide one step late (overlaps the AllReduce)")
+    fda_lag: int = _f(FDAOptions.fda_lag, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
     tau: int | None = _f(PeriodicOptions.tau, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
     local_epochs: float = _f(PeriodicOptions.local_epochs, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
     sketch_rows: int | None = _f(SketchShape.sketch_rows, "sync: AMS sketch rows l (SketchFDA, sketched FedAdp angles)")
@@ -121,7 +121,7 @@ class TrainConfig:
         for name, value in mode.resolve(self).items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
-        object.__setattr__(self, "server_betas", _pair(self.server_betas))
+        object.__setattr__(self, "server_betas", betas_value(self.server_betas))
         object.__setattr__(self, "theta", theta_value(self.theta))
         _validate(self)
         mode.check(self)

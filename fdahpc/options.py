@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 __all__ = ["NoOptions", "ThresholdOptions", "FDAOptions", "SketchFDAOptions", "PeriodicOptions", "MeanOptions",
            "FedAvgMOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "SketchShape", "options_from",
-           "theta_value", "option_names"]
+           "theta_value", "betas_value", "option_names"]
 
 
 def _require(ok: bool, msg: str) -> None:
@@ -164,11 +164,11 @@ class FedAdamOptions(MeanOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "server_betas", _pair(self.server_betas))
+        object.__setattr__(self, "server_betas", betas_value(self.server_betas))
         # Their ranges are the server optimizer's own to check (:class:`fdahpc.aggregate.FedAdam`).
 
 
-def _pair(raw) -> tuple[float, ...]:
+def betas_value(raw) -> tuple[float, ...]:
     """``--server-betas 0.9,0.999`` (or a list) as a tuple of floats."""
     parts = raw.split(",") if isinstance(raw, str) else raw
     try:
