@@ -344,7 +344,7 @@ SERVER_LR_RULES = ("fedbuff", "mstep", "wkafl")
 
 
 def build_rule(name: str, server_lr: float | None = None, feedback: bool = True, variant: str = "paper",
-               feedback_weight: str | None = None, weighting: str = "uniform") -> Rule:
+               feedback_weight: str | None = None, weighting: str = "uniform") -> BufferRule:
     """The rule called ``name``. Every argument is validated; each rule uses only its own
     (``server_lr``: fedbuff, wkafl and mstep, whose own defaults serve when None;
     ``feedback``, ``variant``, ``feedback_weight``: fedqs-*; ``weighting``: fedavg, fedsgd)."""
