@@ -2,6 +2,7 @@
 
     python benchmarks/fedqs_regime.py                                  # the whole grid
     python benchmarks/fedqs_regime.py --partitions dirichlet:0.1 --seeds 0 --rounds 100
+    python benchmarks/fedqs_regime.py --table                         # the README's tables, from the CSVs
 
 The paper's setting (arXiv 2510.07664, Section 5.1 and Appendix D; the authors' code as
 summarised in ../shared/ALGORITHMS.md §3): N = 100 clients, K = 10, Dirichlet(x) labels,
@@ -46,6 +47,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=2)
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "fedqs-regime"))
     p.add_argument("--no-reuse", action="store_true", help="rerun finished runs instead of reading them")
+    p.add_argument("--table", action="store_true", help="print the README's tables from the CSVs; run nothing")
     return p.parse_args(argv)
 
 
@@ -61,10 +63,46 @@ def semiasync_argv(args, partition: str) -> list[str]:
     return flags + ([] if args.no_reuse else ["--reuse"])
 
 
+#: The rule each method is compared with (its baseline) in the table: model-averaging rules
+#: against FedAvg, update-averaging ones against FedSGD.
+BASELINE = {m: ("fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg") for m in METHODS
+            if m not in ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "sync-fedavg")}
+
+
+def table(partition: str, methods: list[str]) -> list[str]:
+    """The README's markdown table of one partition's CSV: every method's convergence
+    accuracy per seed, mean ± sd over the seeds it has, and its difference to its baseline
+    on the seeds both have."""
+    import statistics
+
+    rows = semiasync.read_rows(os.path.join(REPO_ROOT, "benchmarks", f"fedqs_regime_{partition.replace(':', '')}.csv"))
+    seeds = sorted({s for _, s in rows})
+    out = [f"| {partition} | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± sd | − baseline (same seeds) "
+           "| rounds to 95 % | oscillations |", "|---" * (len(seeds) + 5) + "|"]
+    for m in methods:
+        mine = {s: rows[m, s] for s in seeds if (m, s) in rows}
+        if not mine:
+            continue
+        acc = [100 * r["convergence_accuracy"] for r in mine.values()]
+        spread = f"{statistics.fmean(acc):.2f}" + (f" ± {statistics.stdev(acc):.2f}" if len(acc) > 1 else "")
+        base = BASELINE.get(m)
+        both = [s for s in mine if base and (base, s) in rows]
+        diff = (f"{100 * statistics.fmean(mine[s]['convergence_accuracy'] - rows[base, s]['convergence_accuracy'] for s in both):+.2f}"
+                f" ({len(both)})") if both else ""
+        out.append(f"| {m} | " + " | ".join(f"{100 * mine[s]['convergence_accuracy']:.2f}" if s in mine else "–"
+                                           for s in seeds)
+                   + f" | {spread} | {diff} | {statistics.fmean(r['rounds_to_95pct'] for r in mine.values()):.0f}"
+                   f" | {statistics.fmean(r['oscillations'] for r in mine.values()):.1f} |")
+    return out
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     for partition in args.partitions.split(","):
-        semiasync.main(semiasync_argv(args, partition))
+        if args.table:
+            print("\n".join(table(partition, args.methods.split(","))) + "\n")
+        else:
+            semiasync.main(semiasync_argv(args, partition))
     return 0
 
 
