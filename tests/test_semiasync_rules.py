@@ -248,6 +248,35 @@ def test_wkafl_by_hand_and_naive():
         assert_close(w, torch.tensor(naive_wkafl(w0, deltas, tau, 0.5), dtype=torch.float64), rtol=1e-13, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", ["fedsgd", "fedbuff", "wkafl", "fedqs-sgd"])
+def test_update_rules_average_running_statistics_as_values(name):
+    # Payload = 2 parameter changes, then 1 running variance (a value, not a change).
+    # Parameters move by the rule's weighted sum; the statistic becomes the mean of the
+    # clients' values under the same weights, normalised, so it can never turn negative.
+    payloads = [[1.0, 0.0, 4.0], [3.0, 1.0, 0.5], [-5.0, 0.0, 2.0]]
+    tau = [0, 1, 2]
+    w = torch.tensor([0.5, 0.5, 100.0], dtype=torch.float64)
+    p = build_rule(name).aggregate_(w, _uploads(payloads, tau), np.zeros(3, dtype=int), 3, params=2)
+    if name == "wkafl":  # the cosine over the parameters alone: the third update is dropped
+        a = np.array([1.0, 2 / math.e, 0.0])
+        assert_close(p, a / a.sum(), rtol=1e-14, atol=0)
+    if name == "fedbuff":
+        assert_close(p, 1 / (3 * np.sqrt([1.0, 2.0, 3.0])), rtol=1e-14, atol=0)
+    x = np.array(payloads)
+    assert_close(w[:2], torch.tensor([0.5, 0.5]) + torch.tensor(p @ x[:, :2]), rtol=1e-14, atol=1e-15)
+    assert_close(float(w[2]), float((p / p.sum()) @ x[:, 2]), rtol=1e-14, atol=0)
+    with pytest.raises(ValueError, match="params 4"):
+        build_rule(name).aggregate_(w, _uploads(payloads), np.zeros(3, dtype=int), 3, params=4)
+
+
+def test_model_rules_ignore_the_statistics_split():
+    models = [[1.0, 2.0, 3.0], [3.0, -2.0, 1.0]]
+    w1, w2 = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    build_rule("fedavg").aggregate_(w1, _uploads(models), np.zeros(2, dtype=int), 2, params=2)
+    build_rule("fedavg").aggregate_(w2, _uploads(models), np.zeros(2, dtype=int), 2)
+    assert_close(w1, w2, rtol=0, atol=0)
+
+
 def test_fedbuff_with_fresh_updates_is_fedsgd():
     rng = np.random.default_rng(7)
     deltas = rng.normal(size=(4, 5)).tolist()

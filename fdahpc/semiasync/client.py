@@ -196,7 +196,9 @@ class Host:
             c.delta = self.flat.w - w_start[: self.flat.dim]
             if self.sketcher is not None:
                 c.delta = self.sketcher.sketch(c.delta).astype(np.float32)  # 5 KB with the default 5 x 250
-        payload = self.flat.state.clone() if self.uploads == "model" else self.flat.state - w_start
+        payload = self.flat.state.clone()
+        if self.uploads == "update":  # Δ for the parameters; running statistics travel as values (rules.py)
+            payload[: self.flat.dim].sub_(w_start[: self.flat.dim])
         header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,
                          similarity=0.0 if np.isnan(s_i) else s_i, feedback=float(bool(decision and decision.feedback)),
                          g=decision.G if decision else 1.0, type=decision.type if decision else -1, loss=loss,

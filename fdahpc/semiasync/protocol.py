@@ -2,7 +2,8 @@
 
 Every message is a float64 *header* (its layout below, the one place it is defined)
 followed, for models and updates, by a float32 *payload*: the flat model state vector
-(``FlatParams(..., buffers=True).state``). Headers and payloads travel with their own
+(``FlatParams(..., buffers=True).state``; in an update upload the parameters' part holds
+their change Δ and the running statistics' part the client's final values). Headers and payloads travel with their own
 tags, so a receiver that matched a header from rank h takes h's next payload and can
 never pick up another message's. Nothing is pickled.
 

@@ -257,7 +257,8 @@ class Server:
         """A new global version from the buffer; returns the rule's weights."""
         before = self.flat.w.clone() if self.last_step is not None else None
         with torch.no_grad():
-            weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of))
+            weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of),
+                                           params=self.flat.dim)
         if before is not None and self.authors:
             self.last_step.copy_(before)
         elif before is not None:
