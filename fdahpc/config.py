@@ -80,6 +80,11 @@ class TrainConfig:
     rounds: int | None = _f(None, "semiasync: number of aggregations (default 400)", resumable=True)
     speed_ratio: int = _f(50, "semiasync: client i needs r_i ~ U{1..RATIO} virtual time units per local job")
     scenario: str | None = _f(None, "semiasync: shift@ROUND:RATIO, fluctuate:A, dropout@ROUND:FRACTION (comma-separated)")
+    model_cache_gb: float | None = _f(None, "semiasync: GB of models each rank keeps in memory (a host's global versions, the "
+                                      "server's early updates; default 2); the others wait in --spill-dir (results unchanged)",
+                                      resumable=True)
+    spill_dir: str | None = _f(None, "semiasync: local folder for the models beyond --model-cache-gb (default: the "
+                               "system's temporary folder, e.g. $TMPDIR)", resumable=True)
     fedqs_a: float = _f(0.002, "semiasync, FedQS learning-rate change rate a")
     fedqs_m0: float = _f(0.1, "semiasync, FedQS initial momentum m0")
     fedqs_k: float = _f(0.2, "semiasync, FedQS momentum change speed k")
@@ -144,7 +149,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
     "sampling": ("clients_per_round",),
     "fedadp": ("fedadp_alpha", "fedadp_angles"),
-    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "scenario"),
+    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "scenario", "model_cache_gb", "spill_dir"),
     "fedqs": tuple(f.name for f in fields(TrainConfig) if f.name.startswith("fedqs_")),
     "output": ("out", "checkpoint_dir", "checkpoint_every", "resume", "stop_check_every", "log_every"),
     "runtime": ("backend", "device", "comm_timeout", "threads"),

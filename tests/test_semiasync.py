@@ -45,6 +45,13 @@ def test_same_seed_same_run_on_2_3_and_5_ranks(tmp_path):
     flags = ["--mode", "semiasync", "--strategy", "fedqs-sgd", "--clients", "6", "--buffer", "2", "--rounds", "12",
              "--tau", "4", "--speed-ratio", "5", "--partition", "dirichlet:0.5", "--scenario", "fluctuate:2"]
     runs = [train(tmp_path, f"r{n}", *flags, ranks=n) for n in (2, 3, 5)]
+    # Ranks that may keep one model in memory (a host's versions, the server's early
+    # updates) write the others to --spill-dir and read them back.
+    spill = tmp_path / "spill"
+    runs.append(train(tmp_path, "spilled", *flags, "--model-cache-gb", "1e-9", "--spill-dir", str(spill), ranks=3))
+    assert runs[1].attrs["models_held_peak_per_rank"].max() > 1  # more than one model waited somewhere ...
+    assert runs[3].attrs["models_held_peak_per_rank"].tolist() == [1, 1, 1]  # ... but one in memory
+    assert spill.is_dir() and not any(spill.iterdir())  # every rank removed its spill folder
     first = runs[0]
     assert first["round/clients"].shape == (12, 2)
     assert first["round/types"][:].sum() > 0  # FedQS took typed decisions, not only first jobs

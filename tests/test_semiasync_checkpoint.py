@@ -68,7 +68,10 @@ def runs(request, tmp_path_factory):
     out = {"dir": d, "flags": flags}
     train(*flags, "--rounds", str(2 * R), "--out", str(d / "plain.h5"))
     out["plain"] = read(d / "plain.h5")
-    train(*flags, "--rounds", str(R), "--out", str(d / "split.h5"), "--checkpoint-dir", str(ck), "--checkpoint-every", "3")
+    # This segment keeps one model in memory per rank: its checkpoints read the server's
+    # early updates back from --spill-dir, and change nothing either.
+    train(*flags, "--rounds", str(R), "--out", str(d / "split.h5"), "--checkpoint-dir", str(ck), "--checkpoint-every", "3",
+          "--model-cache-gb", "1e-9", "--spill-dir", str(d / "spill"))
     out["first_half"] = read(d / "split.h5")
     out["folders"] = sorted(os.listdir(ck))
     train(*flags, "--rounds", str(2 * R), "--out", str(d / "mid.h5"), "--resume", str(ck / "ckpt-000000003"))
@@ -94,6 +97,8 @@ def test_checkpoints_taken_mid_run_change_nothing_and_resume_exactly(runs):
     assert runs["folders"] == ["ckpt-000000003", f"ckpt-{R:09d}"]
     # The first segment's rows (its checkpoint of round 3 taken mid-run) are the plain run's.
     first, plain = runs["first_half"], runs["plain"]
+    held = first["attrs"]["models_held_peak_per_rank"]
+    assert held.tolist() == [1] * len(held) and plain["attrs"]["models_held_peak_per_rank"].max() > 1  # it spilled
     for key in first:
         if key.startswith("round/") and key != "round/wall_seconds":
             assert np.array_equal(first[key], plain[key][:R], equal_nan=True), key

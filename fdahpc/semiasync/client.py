@@ -10,8 +10,10 @@ of ranks.
 
 Memory: the data of the host's clients (views into one array), one BatchStream per
 client, the global versions some client's pending job starts from (for FedQS each with
-Mod①'s reference the server sent along), and for FedQS one float32 update vector and the
-row numbers of the label test's samples per client: what Mod① and Mod② need and nothing more.
+Mod①'s reference the server sent along; up to ``--model-cache-gb`` of them in memory,
+the rest on local disk: :mod:`.store`), and for FedQS one float32 update vector (or its
+5 KB sketch) and the row numbers of the label test's samples per client: what Mod① and
+Mod② need and nothing more.
 
 Checkpoints: on ``CHECKPOINT`` the host finishes every job it holds a model for, sends the
 updates, answers ``READY`` and joins the collective save. Every client is then idle (no
@@ -39,6 +41,7 @@ from ..worker import BatchStream, local_steps, make_optimizer
 from .fedqs import (FedQSParams, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
                     similarity)
 from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
+from .store import ModelStore
 
 __all__ = ["ClientData", "Host"]
 
@@ -79,7 +82,7 @@ class Host:
     def __init__(self, comm: Communicator, model: torch.nn.Module, flat, clients: dict[int, ClientData], *,
                  uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
                  num_clients: int, fedqs: FedQSParams | None = None, clip_grad_norm: float | None = None,
-                 nan_from: int | None = None) -> None:
+                 nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None) -> None:
         self.comm, self.model, self.flat = comm, model, flat
         self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
         self.fedqs, self.num_classes, self.clip_grad_norm = fedqs, num_classes, clip_grad_norm
@@ -89,7 +92,10 @@ class Host:
         self.sketcher = AmsSketch(flat.dim, seed=seed) if fedqs is not None and fedqs.sketch else None
         self.ref_sketches: dict[int, np.ndarray] = {}
         self.clients = {i: _Client(d, fedqs.eta0 if fedqs else lr) for i, d in clients.items()}
-        self.versions: dict[int, torch.Tensor] = {}
+        # A version is the model, for FedQS followed by Mod①'s reference over the parameters.
+        self.version_len = flat.state.numel() + (flat.dim if fedqs is not None else 0)
+        capacity = None if model_cache_gb is None else max(1, int(model_cache_gb * 2**30 // (4 * self.version_len)))
+        self.versions = ModelStore(capacity, spill_dir, self._next_use, tag=f"rank{comm.rank}-")
         self.ready: list[tuple[float, int]] = []
         self.header = np.empty(down_header_len(num_clients))
         self.outbox = Outbox(comm)
@@ -109,14 +115,13 @@ class Host:
             msg = unpack_down(self.header, st.nbytes)
             if msg.kind == Down.MODEL:
                 # FedQS: the model is followed by Mod①'s reference over the parameters.
-                extra = self.flat.dim if self.fedqs is not None else 0
-                w = torch.from_numpy(np.empty(self.flat.state.numel() + extra, dtype=np.float32))
+                w = torch.from_numpy(np.empty(self.version_len, dtype=np.float32))
                 self.comm.recv_(w, 0, Tag.DOWN_PAYLOAD)
-                self.versions[msg.version] = w
                 for i, f_i, done_at in zip(msg.clients, msg.speeds, msg.done_at):
                     c = self.clients[i]
                     c.start, c.done_at, c.f_i, c.f_bar, c.s_bar = msg.version, done_at, f_i, msg.f_bar, msg.s_bar
                     heapq.heappush(self.ready, (done_at, i))
+                self.versions.put(msg.version, w)
             elif msg.kind == Down.DROP:
                 for i in msg.clients:
                     del self.clients[i]
@@ -130,9 +135,17 @@ class Host:
 
     def _forget_versions(self) -> None:
         used = {c.start for c in self.clients.values() if c.start is not None}
-        for v in [v for v in self.versions if v not in used]:
-            del self.versions[v]
+        for v in [v for v in self.versions.keys() if v not in used]:
+            self.versions.discard(v)
             self.ref_sketches.pop(v, None)
+
+    def _next_use(self) -> dict[int, float]:
+        """Version → virtual time of the earliest pending job that starts from it."""
+        first: dict[int, float] = {}
+        for c in self.clients.values():
+            if c.start is not None and c.done_at < first.get(c.start, np.inf):
+                first[c.start] = c.done_at
+        return first
 
     # One local job ------------------------------------------------------------
     def _decide(self, c: _Client):
@@ -218,10 +231,26 @@ class Host:
         a checkpoint (given whenever ``--checkpoint-dir`` is). Raises
         :class:`fdahpc.control.Diverged` after its goodbye when the server said the run diverged.
         """
+        try:
+            self._serve(save)
+        finally:
+            self.versions.close()
+        if self.versions.spilled:
+            log.debug("rank %d: %d versions written to %s and %d read back", self.comm.rank, self.versions.spilled,
+                      self.versions.spill_dir, self.versions.loaded)
+        bye = pack_up(UpKind.BYE, jobs=self.jobs_done, steps=self.steps_done, peak_rss=peak_rss_bytes(),
+                      held_peak=self.versions.peak)
+        self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
+        self.outbox.drain()
+        if self.diverged:
+            raise Diverged(f"rank {self.comm.rank}: the server reported a divergence")
+        return self.jobs_done
+
+    def _serve(self, save) -> None:
         while True:
             self._poll(block=not self.ready and self.checkpoint_at is None)
             if self.stopped:
-                break
+                return
             if self.ready:
                 _, i = heapq.heappop(self.ready)
                 if i in self.clients and self.clients[i].start is not None:
@@ -232,18 +261,12 @@ class Host:
                     raise RuntimeError("the server asked for a checkpoint but this host has no --checkpoint-dir")
                 save(self.checkpoint_at)
                 self.checkpoint_at = None
-        bye = pack_up(UpKind.BYE, jobs=self.jobs_done, steps=self.steps_done, peak_rss=peak_rss_bytes())
-        self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
-        self.outbox.drain()
-        if self.diverged:
-            raise Diverged(f"rank {self.comm.rank}: the server reported a divergence")
-        return self.jobs_done
 
     # Checkpoints ------------------------------------------------------------------
     def state_dict(self) -> dict:
         """The clients' state between jobs (only valid once quiescent, see :meth:`run`)."""
         busy = [i for i, c in self.clients.items() if c.start is not None]
-        if busy or self.ready or self.versions:
+        if busy or self.ready or len(self.versions):
             raise RuntimeError(f"host rank {self.comm.rank}: state_dict with pending jobs (clients {busy[:5]})")
         clients = {i: dict({k: getattr(c, k) for k in _CLIENT_FIELDS}, batches=c.data.batches.state_dict())
                    for i, c in self.clients.items()}

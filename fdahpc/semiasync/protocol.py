@@ -28,7 +28,8 @@ Up (host → server), header of fixed length ``UP_LEN`` indexed by :class:`Up`:
 - ``READY``: answer to ``CHECKPOINT``: every client of the host is idle and its last
   update was sent; no payload.
 - ``BYE``: the host has stopped and will send nothing more; carries its totals (JOBS,
-  STEPS) and its peak resident memory (PEAK_RSS, bytes).
+  STEPS), its peak resident memory (PEAK_RSS, bytes) and the most global versions it held
+  in memory at once (HELD_PEAK).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Up(IntEnum):
     STEPS = 12  # local steps taken (BYE: in all jobs)
     JOBS = 13  # BYE: jobs computed
     PEAK_RSS = 14  # BYE: the host's peak resident memory in bytes
+    HELD_PEAK = 15  # BYE: the most global versions the host held in memory at once
 
 
 UP_LEN = len(Up)

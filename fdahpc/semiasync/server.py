@@ -46,6 +46,7 @@ from .clock import VirtualClock
 from .fedqs import CLIENT_TYPES, speeds
 from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
 from .rules import BufferRule, Update
+from .store import ModelStore
 
 __all__ = ["Server", "convergence_metrics"]
 
@@ -88,6 +89,8 @@ class Server:
     eval_every: int = 1
     target_accuracy: float | None = None
     log_every: int = 10
+    model_cache_gb: float | None = None  # see store.py: the stash beyond it waits on disk
+    spill_dir: str | None = None
     counts: np.ndarray = field(init=False)
     similarity: np.ndarray = field(init=False)
 
@@ -96,9 +99,16 @@ class Server:
         self.counts = np.zeros(n, dtype=np.int64)  # n(i): times client i was aggregated
         self.similarity = np.full(n, np.nan)  # latest s_i each client reported
         self.version = 0
-        self.stash: dict[int, _Incoming] = {}
+        # Updates that arrived before their turn: headers here, payloads in the store.
+        self.stash: dict[int, np.ndarray] = {}
+        capacity = None if self.model_cache_gb is None else \
+            max(1, int(self.model_cache_gb * 2**30 // (4 * self.flat.state.numel())))
+        self.stash_models = ModelStore(capacity, self.spill_dir, lambda: {c: h[Up.DONE_AT] for c, h in self.stash.items()},
+                                       tag="server-")
         self.outbox = Outbox(self.comm)
-        self.host_totals = np.zeros((self.comm.world_size, 3), dtype=np.int64)  # jobs, steps, peak RSS
+        # Per rank: jobs, steps, peak RSS, the most models held at once (a host's versions in
+        # memory; the server's stashed updates).
+        self.host_totals = np.zeros((self.comm.world_size, 4), dtype=np.int64)
         # FedQS: Mod①'s reference, sent with each model over the parameters: the last global
         # step w^v - w^(v-1) (paper variant; zero before round 1), or the authors' w^(v-1)
         # itself (their state_dict quirk, see fedqs.py; the initial model before round 1).
@@ -137,12 +147,13 @@ class Server:
             if payload is None:
                 raise RuntimeError(f"rank {source} sent {UpKind(int(header[Up.KIND])).name} while the server still waits for client {client}")
             self._keep(header, payload)
-        return self.stash.pop(client)
+        return _Incoming(self.stash.pop(client), self.stash_models.pop(client))
 
     def _keep(self, header: np.ndarray, payload: torch.Tensor) -> None:
         sender = int(header[Up.CLIENT])
         if self.clock.active[sender]:  # updates of clients that left are dropped here
-            self.stash[sender] = _Incoming(header, payload)
+            self.stash[sender] = header
+            self.stash_models.put(sender, payload)
 
     def _send_model(self, clients: list[int], done_at: dict[int, int], now: int) -> int:
         """The current global model to each host of ``clients``, without blocking; returns bytes sent."""
@@ -174,12 +185,12 @@ class Server:
         hosts = sorted(set(range(1, self.comm.world_size)))
         self._tell_hosts(kind, {h: [] for h in hosts})
         waiting = set(hosts)
-        self.host_totals[0, 2] = peak_rss_bytes()
+        self.host_totals[0, 2:] = peak_rss_bytes(), self.stash_models.peak
         while waiting:
             source, header, payload = self._receive_one()
             if UpKind(int(header[Up.KIND])) == UpKind.BYE:
                 waiting.discard(source)
-                self.host_totals[source] = header[[Up.JOBS, Up.STEPS, Up.PEAK_RSS]]
+                self.host_totals[source] = header[[Up.JOBS, Up.STEPS, Up.PEAK_RSS, Up.HELD_PEAK]]
         self.outbox.drain()
 
     def _quiesce(self) -> None:
@@ -206,8 +217,8 @@ class Server:
             "state": self.flat.state.clone(), "version": self.version, "counts": self.counts.copy(),
             "similarity": self.similarity.copy(), "last_step": None if self.last_step is None else self.last_step.clone(),
             "rule": self.rule.state_dict(), "clock": self.clock.state_dict(),
-            "stash": {"clients": clients, "headers": [self.stash[c].header.copy() for c in clients],
-                      "payloads": [self.stash[c].payload for c in clients]},
+            "stash": {"clients": clients, "headers": [self.stash[c].copy() for c in clients],
+                      "payloads": [self.stash_models[c] for c in clients]},
             "progress": {"accuracy": list(self.accuracy), "sent": self.sent, "now": self.now,
                          "wall_seconds": self.elapsed(), "result": dict(self.result)},
         }
@@ -222,8 +233,9 @@ class Server:
         self.rule.load_state_dict(state["rule"])
         self.clock.load_state_dict(state["clock"])
         stash = state["stash"]
-        self.stash = {int(c): _Incoming(np.asarray(h, dtype=np.float64), p)
-                      for c, h, p in zip(stash["clients"], stash["headers"], stash["payloads"])}
+        for c, h, p in zip(stash["clients"], stash["headers"], stash["payloads"]):
+            self.stash[int(c)] = np.asarray(h, dtype=np.float64)
+            self.stash_models.put(int(c), p)
         progress = state["progress"]
         self.accuracy, self.sent, self.now = list(progress["accuracy"]), int(progress["sent"]), int(progress["now"])
         self.wall_before, self.result = float(progress["wall_seconds"]), dict(progress["result"])
@@ -275,7 +287,8 @@ class Server:
         by_host: dict[int, list[int]] = {}
         for c in left:
             by_host.setdefault(int(self.host_of[c]), []).append(c)
-            self.stash.pop(c, None)
+            if self.stash.pop(c, None) is not None:
+                self.stash_models.discard(c)
         self._tell_hosts(Down.DROP, by_host)
         log.info("round %d: %d clients left, %d remain", self.version, len(left), int(self.clock.active.sum()))
 
@@ -299,6 +312,12 @@ class Server:
         called every ``checkpoint_every`` rounds, at the end and on a stop. The result says
         ``stopped_by`` (the signal, or None) and ``checkpoint`` (the last folder written).
         """
+        try:
+            return self._run(run_file, stop, save, checkpoint_every)
+        finally:
+            self.stash_models.close()
+
+    def _run(self, run_file, stop, save, checkpoint_every) -> dict:
         self.run_file = run_file
         self._started = time.perf_counter()
         if self.fresh:
@@ -369,5 +388,6 @@ class Server:
         result.update(convergence_metrics(np.array(self.accuracy)), rounds_done=self.version, virtual_time=self.now,
                       comm_bytes=self.sent, wall_seconds=self.elapsed(), stopped_at=self.version if stopped_by else -1,
                       jobs_per_rank=self.host_totals[:, 0], local_steps_per_rank=self.host_totals[:, 1],
-                      peak_rss_per_rank=self.host_totals[:, 2], peak_rss_total=int(self.host_totals[:, 2].sum()))
+                      peak_rss_per_rank=self.host_totals[:, 2], peak_rss_total=int(self.host_totals[:, 2].sum()),
+                      models_held_peak_per_rank=self.host_totals[:, 3])
         return dict(result, stopped_by=stopped_by, checkpoint=folder)
