@@ -80,6 +80,9 @@ class TrainConfig:
     rounds: int | None = _f(None, "semiasync: number of aggregations (default 400)", resumable=True)
     speed_ratio: int = _f(50, "semiasync: client i needs r_i ~ U{1..RATIO} virtual time units per local job")
     scenario: str | None = _f(None, "semiasync: shift@ROUND:RATIO, fluctuate:A, dropout@ROUND:FRACTION (comma-separated)")
+    aggregate: str | None = _f(None, "semiasync: who adds the buffered updates: server (every update travels to rank 0) or "
+                               "hosts (each host adds its own clients' terms, one exact reduction to rank 0, one broadcast "
+                               "back; the same model bit for bit; not wkafl)")
     model_cache_gb: float | None = _f(None, "semiasync: GB of models each rank keeps in memory (a host's global versions, the "
                                       "server's early updates; default 2); the others wait in --spill-dir (results unchanged)",
                                       resumable=True)
@@ -149,7 +152,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
     "sampling": ("clients_per_round",),
     "fedadp": ("fedadp_alpha", "fedadp_angles"),
-    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "scenario", "model_cache_gb", "spill_dir"),
+    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "scenario", "aggregate", "model_cache_gb", "spill_dir"),
     "fedqs": tuple(f.name for f in fields(TrainConfig) if f.name.startswith("fedqs_")),
     "output": ("out", "checkpoint_dir", "checkpoint_every", "resume", "stop_check_every", "log_every"),
     "runtime": ("backend", "device", "comm_timeout", "threads"),

@@ -26,7 +26,7 @@ CHANGED = dict(
     sketch_rows=3, sketch_cols=100, sketch_eps=0.05, log_variance=True, fda_log_every=2, server_lr=0.5,
     server_momentum=0.5, server_betas=(0.8, 0.99), server_tau=1e-3, server_bias_correction=True, weighting="samples",
     clients_per_round=1, fedadp_alpha=3.0, fedadp_angles="sketch", clients=50, buffer=5, rounds=10, speed_ratio=10,
-    scenario="fluctuate:10", model_cache_gb=0.5, spill_dir="/scratch", fedqs_a=0.01, fedqs_m0=0.2, fedqs_k=0.3, fedqs_lr_min=0.002, fedqs_lr_max=0.3,
+    scenario="fluctuate:10", aggregate="hosts", model_cache_gb=0.5, spill_dir="/scratch", fedqs_a=0.01, fedqs_m0=0.2, fedqs_k=0.3, fedqs_lr_min=0.002, fedqs_lr_max=0.3,
     fedqs_variant="authors", fedqs_similarity="euclidean", fedqs_feedback="authors", fedqs_authors_momentum=True,
     fedqs_sketch_similarity=True, fedqs_no_momentum=True, fedqs_no_feedback=True, out="other.h5", checkpoint_dir="elsewhere", checkpoint_every=5,
     resume="auto", stop_check_every=3, backend="mpi", device="cpu", comm_timeout=60.0, threads=2, log_every=5,

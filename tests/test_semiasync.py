@@ -49,6 +49,9 @@ def test_same_seed_same_run_on_2_3_and_5_ranks(tmp_path):
     # updates) write the others to --spill-dir and read them back.
     spill = tmp_path / "spill"
     runs.append(train(tmp_path, "spilled", *flags, "--model-cache-gb", "1e-9", "--spill-dir", str(spill), ranks=3))
+    # Hosts adding their own members' terms, reduced exactly: the same models on 3 and 5 ranks.
+    runs += [train(tmp_path, f"hosts{n}", *flags, "--aggregate", "hosts", ranks=n) for n in (3, 5)]
+    assert runs[-1]["round/bytes"][0] < runs[2]["round/bytes"][0]  # rank 0 moved less
     assert runs[1].attrs["models_held_peak_per_rank"].max() > 1  # more than one model waited somewhere ...
     assert runs[3].attrs["models_held_peak_per_rank"].tolist() == [1, 1, 1]  # ... but one in memory
     assert spill.is_dir() and not any(spill.iterdir())  # every rank removed its spill folder
@@ -83,6 +86,9 @@ def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
     (["--strategy", "sketchfda"], "--strategy sketchfda: a synchronous strategy; add --mode sync"),
     (["--scenario", "dropout@10"], "--scenario 'dropout@10'"),
     (["--sync", "linear"], "--sync: only used with --mode sync"),
+    (["--strategy", "wkafl", "--aggregate", "hosts"], "--aggregate hosts: wkafl's weights read every update's payload"),
+    (["--aggregate", "ranks"], "--aggregate 'ranks': unknown; choose one of server, hosts"),
+    (["--model-cache-gb", "0"], "--model-cache-gb 0.0: must be > 0"),
 ])
 def test_bad_semiasync_flags_one_line_exit_2(capsys, flags, message):
     from fdahpc.train import main  # the flags are refused before any rank would start

@@ -665,3 +665,46 @@ def test_heavy_ball_zero_momentum_is_sgd_and_none_grad_skips():
     assert_close(w, torch.tensor([0.5, 2.5], dtype=torch.float64), rtol=0, atol=0)
     heavy_ball_step_(w, None, buf, 0.5, 0.9)
     assert_close(w, torch.tensor([0.5, 2.5], dtype=torch.float64), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedsgd", "fedbuff", "mstep", "fedqs-avg"])
+def test_the_exact_sum_does_not_depend_on_who_adds_which_term(name):
+    """--aggregate hosts: hosts add their members' terms, MPI adds the partial sums in any
+    grouping; the integers, and so the model, are the server's own bit for bit."""
+    from fdahpc.semiasync.rules import add_member
+    from fdahpc.semiasync.exact import to_float
+
+    rng = np.random.default_rng(5)
+    n, d, K = 300, 250, 7
+    ups = [Update(client=i, version=0, staleness=int(rng.integers(0, 4)), n_samples=int(rng.integers(1, 50)),
+                  payload=torch.from_numpy(rng.normal(scale=10.0 ** rng.integers(-3, 3), size=n).astype(np.float32)))
+           for i in range(K)]
+    w0 = torch.from_numpy(rng.normal(size=n).astype(np.float32))
+    server = w0.clone()
+    build_rule(name).aggregate_(server, ups, np.zeros(K, dtype=int), K, params=d)
+    c = build_rule(name).combination(ups, np.zeros(K, dtype=int), K, d)
+    for _ in range(3):
+        acc, bits = c.start(w0.numpy(), d, [float(u.payload.abs().max()) for u in ups])
+        groups = np.array_split(rng.permutation(K), 3)  # three hosts, members in any order
+        for g in groups:
+            part = np.zeros(n, dtype=np.int64)
+            for k in g:
+                add_member(part, c.params[k], c.stats[k], ups[k].payload.numpy(), d, bits)
+            acc += part
+        assert torch.equal(torch.from_numpy(to_float(acc, bits)).float(), server)
+    # and it is the weighted sum, to float32's rounding
+    x = np.array([u.payload.numpy() for u in ups], dtype=np.float64)
+    want = np.concatenate([c.keep_params * w0.numpy()[:d] + c.params @ x[:, :d],
+                           c.keep_stats * w0.numpy()[d:] + c.stats @ x[:, d:]])
+    np.testing.assert_allclose(server.numpy(), want, rtol=2e-7, atol=1e-6 * np.abs(want).max())
+
+
+def test_scale_bits_leaves_room_and_refuses_what_is_not_finite():
+    from fdahpc.semiasync.exact import scale_bits
+
+    for bound in (1e-300, 1e-3, 0.75, 1.0, 3.0, 1e30):
+        bits = scale_bits(bound)
+        assert bound * 2.0**bits < 2.0**61 <= 2 * bound * 2.0**bits or bits == 960
+    assert scale_bits(0.0) == 0
+    with pytest.raises(ValueError, match="bound nan"):
+        scale_bits(float("nan"))

@@ -116,6 +116,13 @@ class Communicator(ABC):
         self._count(purpose, _nbytes(buf))
         return self._iallreduce_mean(buf)
 
+    def reduce_sum_(self, buf, purpose: str, root: int = 0):
+        """Sum ``buf`` over ranks into root's ``buf`` (the others' are left as they were);
+        returns ``buf``. Integer buffers sum exactly, whatever the backend's order."""
+        self._count(purpose, _nbytes(buf) if self.rank != root else 0)
+        self._reduce_sum(buf, root)
+        return buf
+
     def bcast_(self, buf, purpose: str, root: int = 0):
         """Overwrite ``buf`` on every rank with root's copy, in place; returns ``buf``."""
         self._count(purpose, _nbytes(buf) if self.rank == root else 0)
@@ -172,6 +179,9 @@ class Communicator(ABC):
     def _iallreduce_mean(self, buf) -> Request:
         self._allreduce_mean(buf)
         return Done()
+
+    @abstractmethod
+    def _reduce_sum(self, buf, root: int) -> None: ...
 
     @abstractmethod
     def _bcast(self, buf, root: int) -> None: ...

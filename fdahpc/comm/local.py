@@ -63,6 +63,9 @@ class LocalCommunicator(Communicator):
     def _allreduce_sum(self, buf) -> None:
         pass
 
+    def _reduce_sum(self, buf, root: int) -> None:
+        pass
+
     def _bcast(self, buf, root: int) -> None:
         pass
 

@@ -112,6 +112,13 @@ class MPICommunicator(Communicator):
             scratch = self._scratch = np.empty(n, dtype=dtype)
         return scratch
 
+    def _reduce_sum(self, buf, root: int) -> None:
+        arr = as_numpy(buf)
+        if self.rank == root:
+            self.comm.Reduce(self._MPI.IN_PLACE, arr, op=self._MPI.SUM, root=root)
+        else:
+            self.comm.Reduce(arr, None, op=self._MPI.SUM, root=root)
+
     def _bcast(self, buf, root: int) -> None:
         self.comm.Bcast(as_numpy(buf), root=root)
 

@@ -94,6 +94,12 @@ class TorchCommunicator(Communicator):
         buf *= 1.0 / self.world_size  # as the blocking mean would, but before the sum
         return _Work(self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, async_op=True))
 
+    def _reduce_sum(self, buf, root: int) -> None:
+        t, back = self._tensor(buf)
+        self._dist.reduce(t, dst=root, op=self._dist.ReduceOp.SUM)
+        if self.rank == root:
+            back()
+
     def _bcast(self, buf, root: int) -> None:
         t, back = self._tensor(buf)
         self._dist.broadcast(t, src=root)

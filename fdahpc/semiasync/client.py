@@ -19,7 +19,7 @@ Checkpoints: on ``CHECKPOINT`` the host finishes every job it holds a model for,
 updates, answers ``READY`` and joins the collective save. Every client is then idle (no
 pending job, no model kept), so a client's state is its batch stream, FedQS learning rate
 and last update, and its job count (:meth:`Host.state_dict`); the server holds the
-pending results in its stash.
+pending results in its stash (with ``--aggregate hosts`` the host holds them, and saves them).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from ..worker import BatchStream, local_steps, make_optimizer
 from .fedqs import (FedQSParams, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
                     similarity)
 from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
+from .rules import add_member
 from .store import ModelStore
 
 __all__ = ["ClientData", "Host"]
@@ -82,7 +83,8 @@ class Host:
     def __init__(self, comm: Communicator, model: torch.nn.Module, flat, clients: dict[int, ClientData], *,
                  uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
                  num_clients: int, fedqs: FedQSParams | None = None, clip_grad_norm: float | None = None,
-                 nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None) -> None:
+                 nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None,
+                 host_sums: bool = False) -> None:
         self.comm, self.model, self.flat = comm, model, flat
         self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
         self.fedqs, self.num_classes, self.clip_grad_norm = fedqs, num_classes, clip_grad_norm
@@ -94,8 +96,15 @@ class Host:
         self.clients = {i: _Client(d, fedqs.eta0 if fedqs else lr) for i, d in clients.items()}
         # A version is the model, for FedQS followed by Mod①'s reference over the parameters.
         self.version_len = flat.state.numel() + (flat.dim if fedqs is not None else 0)
-        capacity = None if model_cache_gb is None else max(1, int(model_cache_gb * 2**30 // (4 * self.version_len)))
-        self.versions = ModelStore(capacity, spill_dir, self._next_use, tag=f"rank{comm.rank}-")
+        # --aggregate hosts: the host also keeps its clients' finished updates until a COMBINE
+        # names them; the two stores share the memory budget.
+        self.host_sums = host_sums
+        budget = None if model_cache_gb is None else model_cache_gb * 2**30 / (2 if host_sums else 1)
+        self.versions = ModelStore(None if budget is None else max(1, int(budget // (4 * self.version_len))), spill_dir,
+                                   self._next_use, tag=f"rank{comm.rank}-versions-")
+        self.results = ModelStore(None if budget is None else max(1, int(budget // (4 * flat.state.numel()))), spill_dir,
+                                  lambda: {i: self.clients[i].done_at for i in self.results.keys() if i in self.clients},
+                                  tag=f"rank{comm.rank}-updates-")
         self.ready: list[tuple[float, int]] = []
         self.header = np.empty(down_header_len(num_clients))
         self.outbox = Outbox(comm)
@@ -116,15 +125,22 @@ class Host:
             if msg.kind == Down.MODEL:
                 # FedQS: the model is followed by Mod①'s reference over the parameters.
                 w = torch.from_numpy(np.empty(self.version_len, dtype=np.float32))
-                self.comm.recv_(w, 0, Tag.DOWN_PAYLOAD)
+                if self.host_sums:
+                    self.comm.bcast_(w, "sync")  # one broadcast to every host, listed or not
+                else:
+                    self.comm.recv_(w, 0, Tag.DOWN_PAYLOAD)
                 for i, f_i, done_at in zip(msg.clients, msg.speeds, msg.done_at):
                     c = self.clients[i]
                     c.start, c.done_at, c.f_i, c.f_bar, c.s_bar = msg.version, done_at, f_i, msg.f_bar, msg.s_bar
                     heapq.heappush(self.ready, (done_at, i))
-                self.versions.put(msg.version, w)
+                if msg.clients:
+                    self.versions.put(msg.version, w)
+            elif msg.kind == Down.COMBINE:
+                self._combine(msg)
             elif msg.kind == Down.DROP:
                 for i in msg.clients:
                     del self.clients[i]
+                    self.results.discard(i)
                 self._forget_versions()
             elif msg.kind == Down.CHECKPOINT:
                 self.checkpoint_at = msg.version
@@ -132,6 +148,14 @@ class Host:
             else:
                 self.stopped, self.diverged = True, msg.kind == Down.DIVERGED
             block = False
+
+    def _combine(self, msg) -> None:
+        """``--aggregate hosts``: this host's members' terms of the round's exact sum, then
+        the sum-reduction to the server (every host joins it, with or without members)."""
+        acc = np.zeros(self.flat.state.numel(), dtype=np.int64)
+        for i, c_params, c_stats in zip(msg.clients, msg.speeds, msg.done_at):
+            add_member(acc, c_params, c_stats, self.results.pop(i).numpy(), self.flat.dim, int(msg.now))
+        self.comm.reduce_sum_(acc, "sync")
 
     def _forget_versions(self) -> None:
         used = {c.start for c in self.clients.values() if c.start is not None}
@@ -215,9 +239,12 @@ class Host:
         header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,
                          similarity=0.0 if np.isnan(s_i) else s_i, feedback=float(bool(decision and decision.feedback)),
                          g=decision.G if decision else 1.0, type=decision.type if decision else -1, loss=loss,
-                         lr=lr, momentum=momentum, steps=c.data.steps)
+                         lr=lr, momentum=momentum, steps=c.data.steps, absmax=float(payload.abs().max()))
         self.outbox.post(header, 0, Tag.UP_HEADER, "control")
-        self.outbox.post(payload, 0, Tag.UP_PAYLOAD, "sync")
+        if self.host_sums:
+            self.results.put(i, payload)
+        else:
+            self.outbox.post(payload, 0, Tag.UP_PAYLOAD, "sync")
         c.jobs += 1
         c.start = None
         self.jobs_done += 1
@@ -235,11 +262,12 @@ class Host:
             self._serve(save)
         finally:
             self.versions.close()
+            self.results.close()
         if self.versions.spilled:
             log.debug("rank %d: %d versions written to %s and %d read back", self.comm.rank, self.versions.spilled,
                       self.versions.spill_dir, self.versions.loaded)
         bye = pack_up(UpKind.BYE, jobs=self.jobs_done, steps=self.steps_done, peak_rss=peak_rss_bytes(),
-                      held_peak=self.versions.peak)
+                      held_peak=self.versions.peak + self.results.peak)
         self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
         self.outbox.drain()
         if self.diverged:
@@ -270,7 +298,9 @@ class Host:
             raise RuntimeError(f"host rank {self.comm.rank}: state_dict with pending jobs (clients {busy[:5]})")
         clients = {i: dict({k: getattr(c, k) for k in _CLIENT_FIELDS}, batches=c.data.batches.state_dict())
                    for i, c in self.clients.items()}
-        return {"clients": clients, "jobs_done": self.jobs_done, "steps_done": self.steps_done}
+        # --aggregate hosts: the finished updates the server has not combined yet live here.
+        results = {i: self.results[i] for i in self.results.keys()}
+        return {"clients": clients, "jobs_done": self.jobs_done, "steps_done": self.steps_done, "results": results}
 
     def load_state_dict(self, state: dict) -> None:
         saved = state["clients"]
@@ -286,3 +316,5 @@ class Host:
                 setattr(c, k, values[k])
             c.start = None
         self.jobs_done, self.steps_done = int(state["jobs_done"]), int(state["steps_done"])
+        for i, payload in state.get("results", {}).items():
+            self.results.put(int(i), payload)

@@ -20,7 +20,8 @@ __all__ = ["MODE", "SemiAsyncMode", "SemiAsyncJob", "fedqs_params", "host_of"]
 DEFAULT_OPTIMIZER, DEFAULT_LR = "sgd", 0.1
 #: The FedQS paper's N, K and rounds; the buffer never exceeds the clients.
 DEFAULT_CLIENTS, DEFAULT_BUFFER, DEFAULT_ROUNDS = 100, 10, 400
-DEFAULT_MODEL_CACHE_GB = 2.0  # per rank; see store.py
+DEFAULT_MODEL_CACHE_GB = 2.0
+AGGREGATE = ("server", "hosts")  # who adds the buffered updates (--aggregate)  # per rank; see store.py
 
 
 def fedqs_params(cfg):
@@ -62,7 +63,7 @@ class SemiAsyncMode(Mode):
     name = "semiasync"
     unit = "round"
     noun = "a semi-asynchronous rule"
-    options = ("clients", "buffer", "rounds", "scenario", "model_cache_gb", "spill_dir")
+    options = ("clients", "buffer", "rounds", "scenario", "aggregate", "model_cache_gb", "spill_dir")
 
     def strategies(self) -> tuple[str, ...]:
         from .rules import SEMIASYNC_RULES
@@ -75,7 +76,7 @@ class SemiAsyncMode(Mode):
         if cfg.clients_per_round is not None:  # cross-device FedAvg: a round waits for its sample
             buffer = cfg.clients_per_round
         return {"strategy": "fedqs-avg", "clients": clients, "buffer": buffer, "rounds": DEFAULT_ROUNDS,
-                "model_cache_gb": DEFAULT_MODEL_CACHE_GB}
+                "aggregate": "server", "model_cache_gb": DEFAULT_MODEL_CACHE_GB}
 
     def check(self, cfg) -> None:
         from ..comm import TORCH_BACKENDS
@@ -104,6 +105,12 @@ class SemiAsyncMode(Mode):
         if cfg.clients_per_round is not None:
             require(cfg.buffer == cfg.clients_per_round, f"--buffer {cfg.buffer}: with --clients-per-round "
                     f"{cfg.clients_per_round} a round waits for all its clients; drop --buffer")
+        one_of("--aggregate", cfg.aggregate, AGGREGATE)
+        if cfg.aggregate == "hosts":
+            from .rules import BUFFER_RULES
+
+            require(BUFFER_RULES[cfg.strategy].weights_from_headers, f"--aggregate hosts: {cfg.strategy}'s weights read "
+                    "every update's payload; use --aggregate server")
         require(cfg.model_cache_gb > 0, f"--model-cache-gb {cfg.model_cache_gb}: must be > 0, e.g. 2 "
                 "(the models that do not fit wait in --spill-dir)")
         require(cfg.rounds >= 1, f"--rounds {cfg.rounds}: must be >= 1, e.g. --rounds 400")
@@ -166,7 +173,7 @@ class SemiAsyncMode(Mode):
             role = Server(comm, model, flat, rule, clock, hosts, torch.from_numpy(data.x_test),
                           torch.from_numpy(data.y_test), cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
                           target_accuracy=cfg.target_accuracy, log_every=cfg.log_every,
-                          model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir)
+                          model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts")
         else:
             from .client import Host
 
@@ -175,7 +182,7 @@ class SemiAsyncMode(Mode):
                         lr=cfg.lr or DEFAULT_LR, weight_decay=cfg.weight_decay, seed=cfg.seed,
                         num_classes=data.num_classes, num_clients=cfg.clients, fedqs=fedqs,
                         clip_grad_norm=cfg.clip_grad_norm, nan_from=faults.nan_at(comm.rank),
-                        model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir)
+                        model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts")
         return SemiAsyncJob(cfg, comm, model, flat, role)
 
 

@@ -13,7 +13,14 @@ Down (server → host), header ``[kind, version, now, f_bar, s_bar, count, (clie
   host computes its jobs in that order, the order the server consumes them); a payload
   follows: the model, and for FedQS rules then Mod①'s reference over the parameters:
   the pseudo-global gradient ``w^v - w^(v-1)`` (the last global step; paper variant) or
-  ``w^(v-1)`` itself (authors' variant).
+  ``w^(v-1)`` itself (authors' variant). With ``--aggregate hosts`` every host gets a
+  ``MODEL`` header for every version (its client list may be empty) and the payload is
+  one broadcast to all hosts, which each host joins when it reads the header.
+- ``COMBINE`` (``--aggregate hosts``): round ``version``'s aggregation. ``now`` holds the
+  fixed-point scale S (:mod:`.exact`); per listed client of this host the two values are
+  its coefficients on the parameters and on the running statistics. Every host, listed
+  or not, adds its members' terms into an int64 vector and joins one sum-reduction to
+  the server; no payload.
 - ``DROP``: the listed clients left (dropout scenario); no payload.
 - ``STOP``: the run is over; answer with ``BYE``; no payload.
 - ``CHECKPOINT``: a checkpoint at round ``version``: finish every job the host holds a
@@ -24,7 +31,8 @@ Down (server → host), header ``[kind, version, now, f_bar, s_bar, count, (clie
   :class:`fdahpc.control.Diverged` too, so every rank exits with code 3; no payload.
 
 Up (host → server), header of fixed length ``UP_LEN`` indexed by :class:`Up`:
-- ``UPDATE``: one finished local job; a payload follows.
+- ``UPDATE``: one finished local job; a payload follows (with ``--aggregate hosts`` it
+  stays on the host until a ``COMBINE`` names it).
 - ``READY``: answer to ``CHECKPOINT``: every client of the host is idle and its last
   update was sent; no payload.
 - ``BYE``: the host has stopped and will send nothing more; carries its totals (JOBS,
@@ -56,6 +64,7 @@ class Down(IntEnum):
     STOP = 3
     CHECKPOINT = 4
     DIVERGED = 5
+    COMBINE = 6
 
 
 class UpKind(IntEnum):
@@ -83,6 +92,7 @@ class Up(IntEnum):
     JOBS = 13  # BYE: jobs computed
     PEAK_RSS = 14  # BYE: the host's peak resident memory in bytes
     HELD_PEAK = 15  # BYE: the most global versions the host held in memory at once
+    ABSMAX = 16  # UPDATE: the payload's largest magnitude (NaN or Inf when it holds one)
 
 
 UP_LEN = len(Up)

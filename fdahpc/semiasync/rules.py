@@ -66,9 +66,10 @@ client's final statistics there, not their change, and every rule sets the globa
 statistics to the mean of the buffered ones under its own weights, normalised (dropped
 uploads count 0). Model uploads need nothing: their statistics are averaged already.
 
-All rules are pure: no communication, no state. :meth:`BufferRule.aggregate_` sums in the
-order of the buffer with :func:`fdahpc.aggregate.weighted_sum` and separate element-wise
-ops, so the result is deterministic.
+All rules are pure: no communication, no state. A rule's new model is a
+:class:`Combination` of the payloads and the old model, summed exactly in fixed point
+(:mod:`.exact`): the result depends neither on the order of the buffer nor on who adds
+which term, so hosts may add their own members' (``--aggregate hosts``).
 """
 
 from __future__ import annotations
@@ -80,9 +81,10 @@ import numpy as np
 import torch
 
 from ..aggregate import _positive, weighted_sum
+from .exact import add_term, scale_bits, to_float
 from ..options import WEIGHTINGS  # fedavg/fedsgd's q_i: uniform or samples
 
-__all__ = ["Update", "BufferRule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL", "FedQSAvg", "FedQSSGD", "BUFFER_RULES",
+__all__ = ["Update", "Combination", "add_member", "BufferRule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL", "FedQSAvg", "FedQSSGD", "BUFFER_RULES",
            "SEMIASYNC_RULES", "FEEDBACK_WEIGHTS", "FEEDBACK_ALIASES", "WEIGHTINGS", "G_CAP", "feedback_weight",
            "build_rule"]
 
@@ -100,10 +102,48 @@ class Update:
     version: int  # global version the client's job started from
     staleness: int  # server version at aggregation time - version
     n_samples: int  # the client's training samples n_i
-    payload: torch.Tensor  # float 1-D: final model w_i (uploads "model") or Δ_i (uploads "update")
+    payload: torch.Tensor | None  # float 1-D: final model w_i (uploads "model") or Δ_i ("update"); None: on its host
     similarity: float = 0.0  # s_i the client reported (FedQS)
     feedback: bool = False  # the client asked for the feedback weight (FedQS)
     G: float = 1.0  # the client's bias ratio G_i (FedQS), already bounded by the client
+    absmax: float = float("nan")  # max |payload| as the host reported it (--aggregate hosts: no payload here)
+
+
+@dataclass
+class Combination:
+    """A rule's new global model: ``Σ_i c_i x_i + keep · w_old``, per part of the vector
+    (parameters, running statistics), every sum exact (:mod:`.exact`), so that the server
+    summing all K payloads and hosts summing their members' give the same bits."""
+
+    weights: np.ndarray  # the rule's weights, as the run file records them
+    params: np.ndarray  # c_i on each payload's parameter entries
+    stats: np.ndarray  # c_i on its running-statistics entries
+    keep_params: float  # the old global model's coefficient on its parameters
+    keep_stats: float
+
+    def bound(self, absmax: list[float], old_absmax: float) -> float:
+        """``Σ |c_i| max|x_i|``, the old model's term included."""
+        c = np.maximum(np.abs(self.params), np.abs(self.stats))
+        return float(c @ np.asarray(absmax, dtype=np.float64)) + max(abs(self.keep_params), abs(self.keep_stats)) * old_absmax
+
+    def start(self, old: np.ndarray, d: int, absmax: list[float]) -> tuple[np.ndarray, int]:
+        """The accumulator holding the old model's term, and the scale for ``absmax`` payloads."""
+        bits = scale_bits(self.bound(absmax, float(np.abs(old).max(initial=0.0))))
+        acc = np.zeros(old.shape, dtype=np.int64)
+        add_term(acc[:d], self.keep_params, old[:d], bits)
+        add_term(acc[d:], self.keep_stats, old[d:], bits)
+        return acc, bits
+
+    def add(self, acc: np.ndarray, k: int, x: np.ndarray, d: int, bits: int) -> None:
+        """Payload ``k``'s term."""
+        add_member(acc, self.params[k], self.stats[k], x, d, bits)
+
+
+def add_member(acc: np.ndarray, c_params: float, c_stats: float, x: np.ndarray, d: int, bits: int) -> None:
+    """One payload's term in a fixed-point sum: ``c_params`` on its first ``d`` entries,
+    ``c_stats`` on the rest (the server for its buffer, a host for its members)."""
+    add_term(acc[:d], c_params, x[:d], bits)
+    add_term(acc[d:], c_stats, x[d:], bits)
 
 
 class BufferRule:
@@ -113,6 +153,7 @@ class BufferRule:
     name: str = ""
     uploads: str = "model"  # "model" or "update"
     needs_client_state: bool = False  # fedqs-*: hosts keep per-client lr, momentum, last update
+    weights_from_headers: bool = True  # False: the weights read the payloads (no --aggregate hosts)
 
     def weights(self, updates: list[Update], counts: np.ndarray, num_clients: int,
                 params: int | None = None) -> np.ndarray:
@@ -121,23 +162,30 @@ class BufferRule:
         :meth:`aggregate_`."""
         raise NotImplementedError
 
+    def combination(self, updates: list[Update], counts: np.ndarray, num_clients: int,
+                    params: int | None = None) -> "Combination":
+        """The new global model as a linear combination of the payloads and the old model."""
+        p = self.weights(updates, counts, num_clients, params)
+        if self.uploads == "model":
+            return Combination(p, p, p, 0.0, 0.0)
+        return Combination(p, p, _normalised(p), 1.0, 0.0)  # w + Σ p_i Δ_i; statistics: their mean
+
     def aggregate_(self, w_global: torch.Tensor, updates: list[Update], counts: np.ndarray,
                    num_clients: int, params: int | None = None) -> np.ndarray:
         """Update ``w_global`` in place from the buffer; returns the weights used.
         ``params``: the payloads' first ``params`` entries are parameters, the rest running
         statistics (module docstring); None: all parameters."""
         _check(w_global, updates, counts, num_clients)
-        p = self.weights(updates, counts, num_clients, params)
-        payloads = [u.payload for u in updates]
+        d = w_global.numel() if params is None else _params_count(params, w_global)
+        c = self.combination(updates, counts, num_clients, params)
+        payloads = [u.payload.numpy() for u in updates]
         with torch.no_grad():
-            if self.uploads == "model":
-                weighted_sum(payloads, p.tolist(), out=w_global)
-                return p
-            d = w_global.numel() if params is None else _params_count(params, w_global)
-            w_global[:d].add_(weighted_sum([x[:d] for x in payloads], p.tolist()))
-            if d < w_global.numel():
-                weighted_sum([x[d:] for x in payloads], _normalised(p).tolist(), out=w_global[d:])
-        return p
+            old = w_global.numpy()
+            acc, bits = c.start(old, d, [float(np.abs(x).max(initial=0.0)) for x in payloads])
+            for k, x in enumerate(payloads):
+                c.add(acc, k, x, d, bits)
+            w_global.copy_(torch.from_numpy(to_float(acc, bits)))
+        return c.weights
 
     def state_dict(self) -> dict:
         """The rules keep no state; the name guards against loading another rule's run."""
@@ -259,13 +307,10 @@ class MStep(BufferRule):
     def weights(self, updates, counts, num_clients, params=None):
         return self.alpha * (1.0 + _staleness(updates)) ** -self.a / len(updates)
 
-    def aggregate_(self, w_global, updates, counts, num_clients, params=None):
-        _check(w_global, updates, counts, num_clients)
+    def combination(self, updates, counts, num_clients, params=None):
         beta = self.weights(updates, counts, num_clients, params)
-        with torch.no_grad():
-            old = w_global.clone()
-            weighted_sum([old] + [u.payload for u in updates], [1.0 - float(beta.sum())] + beta.tolist(), out=w_global)
-        return beta
+        keep = 1.0 - float(beta.sum())
+        return Combination(beta, beta, beta, keep, keep)
 
 
 class WKAFL(BufferRule):
@@ -274,6 +319,7 @@ class WKAFL(BufferRule):
     coefficients (0 for a dropped update)."""
 
     name, uploads = "wkafl", "update"
+    weights_from_headers = False  # the cosine filter reads every update
 
     def __init__(self, server_lr: float = 1.0):
         self.eta_s = _positive(server_lr, "server_lr", "--server-lr 1.0")

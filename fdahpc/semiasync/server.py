@@ -45,6 +45,7 @@ from ..evaluate import score
 from .clock import VirtualClock
 from .fedqs import CLIENT_TYPES, speeds
 from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
+from .exact import to_float
 from .rules import BufferRule, Update
 from .store import ModelStore
 
@@ -90,6 +91,7 @@ class Server:
     target_accuracy: float | None = None
     log_every: int = 10
     model_cache_gb: float | None = None  # see store.py: the stash beyond it waits on disk
+    host_sums: bool = False  # --aggregate hosts: payloads stay on the hosts, which add their members' terms
     spill_dir: str | None = None
     counts: np.ndarray = field(init=False)
     similarity: np.ndarray = field(init=False)
@@ -130,11 +132,12 @@ class Server:
 
     # Messages -------------------------------------------------------------------
     def _receive_one(self) -> tuple[int, np.ndarray, torch.Tensor | None]:
-        """The next up message: (source, header, payload); no payload for BYE and READY."""
+        """The next up message: (source, header, payload); no payload for BYE and READY,
+        nor for any update with ``--aggregate hosts``."""
         header = np.empty(UP_LEN)
         st = self.comm.probe(ANY, Tag.UP_HEADER)  # waits without spinning a core
         self.comm.recv_(header, st.source, Tag.UP_HEADER)
-        if UpKind(int(header[Up.KIND])) != UpKind.UPDATE:
+        if UpKind(int(header[Up.KIND])) != UpKind.UPDATE or self.host_sums:
             return st.source, header, None
         payload = torch.from_numpy(np.empty(self.flat.state.numel(), dtype=np.float32))
         self.comm.recv_(payload, st.source, Tag.UP_PAYLOAD)
@@ -144,16 +147,17 @@ class Server:
         """Client's update, from the stash or from the wire (stashing others meanwhile)."""
         while client not in self.stash:
             source, header, payload = self._receive_one()
-            if payload is None:
+            if UpKind(int(header[Up.KIND])) != UpKind.UPDATE:
                 raise RuntimeError(f"rank {source} sent {UpKind(int(header[Up.KIND])).name} while the server still waits for client {client}")
             self._keep(header, payload)
-        return _Incoming(self.stash.pop(client), self.stash_models.pop(client))
+        return _Incoming(self.stash.pop(client), None if self.host_sums else self.stash_models.pop(client))
 
     def _keep(self, header: np.ndarray, payload: torch.Tensor) -> None:
         sender = int(header[Up.CLIENT])
         if self.clock.active[sender]:  # updates of clients that left are dropped here
             self.stash[sender] = header
-            self.stash_models.put(sender, payload)
+            if payload is not None:
+                self.stash_models.put(sender, payload)
 
     def _send_model(self, clients: list[int], done_at: dict[int, int], now: int) -> int:
         """The current global model to each host of ``clients``, without blocking; returns bytes sent."""
@@ -166,13 +170,19 @@ class Server:
         # reference (see __post_init__).
         snapshot = self.flat.state.clone() if self.last_step is None else torch.cat([self.flat.state, self.last_step])
         sent = 0
-        for host in sorted({int(self.host_of[c]) for c in clients}):
+        hosts = range(1, self.comm.world_size) if self.host_sums else sorted({int(self.host_of[c]) for c in clients})
+        for host in hosts:
             mine = [c for c in clients if self.host_of[c] == host]
             header = pack_down(DownMessage(Down.MODEL, self.version, now, f_bar, s_bar, tuple(mine),
                                            tuple(float(f[c]) for c in mine), tuple(float(done_at[c]) for c in mine)))
             self.outbox.post(header, host, Tag.DOWN_HEADER, "control")
-            self.outbox.post(snapshot, host, Tag.DOWN_PAYLOAD, "sync")
-            sent += header.nbytes + snapshot.numel() * 4
+            sent += header.nbytes
+            if not self.host_sums:
+                self.outbox.post(snapshot, host, Tag.DOWN_PAYLOAD, "sync")
+                sent += snapshot.numel() * 4
+        if self.host_sums:  # one broadcast, joined by every host when it reads its header
+            self.comm.bcast_(snapshot, "sync")
+            sent += snapshot.numel() * 4
         return sent
 
     def _tell_hosts(self, kind: Down, clients_of: dict[int, list[int]]) -> None:
@@ -218,7 +228,7 @@ class Server:
             "similarity": self.similarity.copy(), "last_step": None if self.last_step is None else self.last_step.clone(),
             "rule": self.rule.state_dict(), "clock": self.clock.state_dict(),
             "stash": {"clients": clients, "headers": [self.stash[c].copy() for c in clients],
-                      "payloads": [self.stash_models[c] for c in clients]},
+                      "payloads": [None if self.host_sums else self.stash_models[c] for c in clients]},
             "progress": {"accuracy": list(self.accuracy), "sent": self.sent, "now": self.now,
                          "wall_seconds": self.elapsed(), "result": dict(self.result)},
         }
@@ -235,7 +245,8 @@ class Server:
         stash = state["stash"]
         for c, h, p in zip(stash["clients"], stash["headers"], stash["payloads"]):
             self.stash[int(c)] = np.asarray(h, dtype=np.float64)
-            self.stash_models.put(int(c), p)
+            if p is not None:
+                self.stash_models.put(int(c), p)
         progress = state["progress"]
         self.accuracy, self.sent, self.now = list(progress["accuracy"]), int(progress["sent"]), int(progress["now"])
         self.wall_before, self.result = float(progress["wall_seconds"]), dict(progress["result"])
@@ -254,7 +265,7 @@ class Server:
         now, client = event
         msg = self._take(client)
         h = msg.header
-        if not math.isfinite(h[Up.LOSS]) or not bool(torch.isfinite(msg.payload).all()):
+        if not math.isfinite(h[Up.LOSS]) or not math.isfinite(h[Up.ABSMAX]):
             self._diverged(f"NaN or Inf in client {client}'s update from rank {int(self.host_of[client])} "
                            f"at round {version + 1}")
         if h[Up.TYPE] >= 0:
@@ -262,15 +273,18 @@ class Server:
             self.similarity[client] = h[Up.SIMILARITY]
         update = Update(client=client, version=int(h[Up.VERSION]), staleness=version - int(h[Up.VERSION]),
                         n_samples=int(h[Up.N_SAMPLES]), payload=msg.payload, similarity=float(h[Up.SIMILARITY]),
-                        feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G]))
+                        feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G]), absmax=float(h[Up.ABSMAX]))
         return now, update, h
 
     def _aggregate(self, buffer: list[Update]) -> np.ndarray:
         """A new global version from the buffer; returns the rule's weights."""
         before = self.flat.w.clone() if self.last_step is not None else None
         with torch.no_grad():
-            weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of),
-                                           params=self.flat.dim)
+            if self.host_sums:
+                weights = self._sum_on_hosts(buffer)
+            else:
+                weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of),
+                                               params=self.flat.dim)
         if before is not None and self.authors:
             self.last_step.copy_(before)
         elif before is not None:
@@ -278,6 +292,23 @@ class Server:
         np.add.at(self.counts, [u.client for u in buffer], 1)
         self.version += 1
         return weights
+
+    def _sum_on_hosts(self, buffer: list[Update]) -> np.ndarray:
+        """``--aggregate hosts``: the rule's coefficients from the headers to every host,
+        which adds its members' terms; one exact sum-reduction gives the new model, equal
+        bit for bit to the server's own sum (:mod:`.exact`)."""
+        d, old = self.flat.dim, self.flat.state.numpy()
+        c = self.rule.combination(buffer, self.counts, len(self.host_of), d)
+        acc, bits = c.start(old, d, [u.absmax for u in buffer])
+        for host in range(1, self.comm.world_size):
+            mine = [k for k, u in enumerate(buffer) if self.host_of[u.client] == host]
+            header = pack_down(DownMessage(Down.COMBINE, self.version + 1, bits, clients=tuple(buffer[k].client for k in mine),
+                                           speeds=tuple(float(c.params[k]) for k in mine),
+                                           done_at=tuple(float(c.stats[k]) for k in mine)))
+            self.outbox.post(header, host, Tag.DOWN_HEADER, "control")
+        self.comm.reduce_sum_(acc, "sync")
+        self.flat.state.copy_(torch.from_numpy(to_float(acc, bits)))
+        return c.weights
 
     def _dropout(self) -> None:
         """Apply the scenarios of this round; tell the hosts of the clients that left."""
@@ -348,7 +379,9 @@ class Server:
             ids = [u.client for u in buffer]
             again = self.clock.starters(ids, self.version)
             next_done = {c: self.clock.start(c, now) for c in again}
-            received = sum(u.payload.numel() * 4 + h.nbytes for u, h in zip(buffer, headers))
+            # K headers, and the K payloads or (--aggregate hosts) the one reduced int64 vector.
+            received = sum(h.nbytes for h in headers) + (8 * self.flat.state.numel() if self.host_sums
+                                                         else sum(u.payload.numel() * 4 for u in buffer))
             # The last round sends too when the run can be continued from its checkpoint.
             round_bytes = received + (self._send_model(again, next_done, now) if not last or save is not None else 0)
             self.sent += round_bytes

@@ -1,0 +1,50 @@
+"""Order-free weighted sums: every term rounded once to a fixed-point integer, then added exactly.
+
+A floating-point sum depends on the order and grouping of its additions. The server's new
+model must not: not on how the clients are spread over hosts, and not on whether the
+server adds the K buffered vectors itself (``--aggregate server``) or each host adds its
+own members' and MPI reduces the partial sums in its own tree order (``--aggregate
+hosts``). So each term ``c·x`` is computed in float64 (one rounding), scaled by ``2^S``
+(exact: a power of two) and rounded to an int64; int64 addition is associative, so every
+order and every grouping gives the same integers, and the result is rounded once more,
+to the model's float32.
+
+``S`` is chosen per aggregation from a bound on the sum, ``Σ |c_i|·max|x_i|``, so that
+no partial sum can overflow: ``|Σ| < 2^61``. With coefficients summing to about 1 and
+entries below M in magnitude, the resolution is about ``M·2^-61``, far finer than
+float32's, so the result is the exactly rounded weighted sum for all practical purposes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["scale_bits", "add_term", "to_float"]
+
+_HEADROOM = 61  # |Σ| < 2^61: room for the rounding of up to 2^60 terms within int64
+_MAX_BITS = 960  # 2^S stays a finite float64 for any bound
+
+
+def scale_bits(bound: float) -> int:
+    """``S`` for a sum whose terms' magnitudes add up to at most ``bound``."""
+    if not math.isfinite(bound) or bound < 0:
+        raise ValueError(f"bound {bound!r}: the terms' magnitudes must add up to a finite number")
+    if bound == 0:
+        return 0  # every term is 0
+    return min(_HEADROOM - math.frexp(bound)[1], _MAX_BITS)  # 2^(e-1) <= bound < 2^e
+
+
+def add_term(acc: np.ndarray, coefficient: float, x: np.ndarray, bits: int) -> None:
+    """``acc += round(coefficient · x · 2^bits)`` in int64, element-wise."""
+    if coefficient == 0:
+        return
+    t = x.astype(np.float64) * float(coefficient)
+    t *= math.ldexp(1.0, bits)
+    acc += np.rint(t).astype(np.int64)
+
+
+def to_float(acc: np.ndarray, bits: int) -> np.ndarray:
+    """The fixed-point sum as float64 (``acc · 2^-bits``)."""
+    return acc.astype(np.float64) * math.ldexp(1.0, -bits)
