@@ -84,7 +84,7 @@ class TrainConfig:
                                "hosts (each host adds its own clients' terms, one exact reduction to rank 0, one broadcast "
                                "back; the same model bit for bit; not wkafl)")
     model_cache_gb: float | None = _f(None, "semiasync: GB of models each rank keeps in memory (a host's global versions, the "
-                                      "server's early updates; default 2); the others wait in --spill-dir (results unchanged)",
+                                      "server's early updates; default 1); the others wait in --spill-dir (results unchanged)",
                                       resumable=True)
     spill_dir: str | None = _f(None, "semiasync: local folder for the models beyond --model-cache-gb (default: the "
                                "system's temporary folder, e.g. $TMPDIR)", resumable=True)

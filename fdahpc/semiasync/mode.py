@@ -20,7 +20,7 @@ __all__ = ["MODE", "SemiAsyncMode", "SemiAsyncJob", "fedqs_params", "host_of"]
 DEFAULT_OPTIMIZER, DEFAULT_LR = "sgd", 0.1
 #: The FedQS paper's N, K and rounds; the buffer never exceeds the clients.
 DEFAULT_CLIENTS, DEFAULT_BUFFER, DEFAULT_ROUNDS = 100, 10, 400
-DEFAULT_MODEL_CACHE_GB = 2.0
+DEFAULT_MODEL_CACHE_GB = 1.0
 AGGREGATE = ("server", "hosts")  # who adds the buffered updates (--aggregate)  # per rank; see store.py
 
 
