@@ -1,7 +1,7 @@
 """Memory of the semi-asynchronous mode as the number of clients grows.
 
     python benchmarks/semiasync_memory.py                                   # LeNet-5, FedAvg, N = 1k and 10k
-    python benchmarks/semiasync_memory.py --model cnn --strategy fedqs-avg --extra "--fedqs-sketch-similarity"
+    python benchmarks/semiasync_memory.py --model cnn --strategy fedqs-avg --extra=--fedqs-sketch-similarity
 
 For each N: one run of ``--mode semiasync`` on R ranks (2-step jobs, K = 10, speed ratio
 1:50) long enough that every client reports (2N/K aggregations: virtual time passes the

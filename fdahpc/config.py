@@ -115,7 +115,8 @@ class TrainConfig:
     backend: str = _f("auto", "communicator: auto (torch under torchrun or a plain srun, MPI under mpirun/srun --mpi, "
                       "else local), mpi, torch (NCCL on GPUs, gloo on CPUs), nccl, gloo or local", resumable=True)
     device: str = _f("auto", "where the model trains: cpu, cuda (one GPU per local rank; needs a torch backend) or auto "
-                     "(cuda when GPUs are visible and the backend is not mpi); semiasync: cpu", resumable=True)
+                     "(cuda when GPUs are visible and the backend is not mpi); semiasync: cuda trains each host's clients on a GPU "
+                     "of its node (the coordinator stays on CPU and MPI)", resumable=True)
     comm_timeout: float = _f(600.0, "torch backends: seconds a collective may wait for the other ranks before the job fails", resumable=True)
     threads: int = _f(1, "torch/numba threads per rank (1 avoids oversubscription under MPI)", resumable=True)
     log_every: int = _f(50, "print progress every N steps (semiasync: rounds), on rank 0", resumable=True)

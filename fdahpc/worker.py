@@ -91,8 +91,9 @@ def check_clip(clip_grad_norm: float | None) -> None:
         raise ValueError(f"--clip-grad-norm {v!r}: must be a positive finite gradient norm, e.g. 20 (omit it for no clip)")
 
 
-def local_steps(model: nn.Module, batches: BatchStream, k: int,
-                step: Callable[[], None], zero_grad: Callable[[], None], clip_grad_norm: float | None = None) -> float:
+def local_steps(model: nn.Module, batches: BatchStream, k: int, step: Callable[[], None],
+                zero_grad: Callable[[], None], clip_grad_norm: float | None = None,
+                device: torch.device | None = None) -> float:
     """Take ``k`` minibatch steps on ``model``; returns the sum of the k training losses.
 
     ``step``/``zero_grad`` are an optimizer's methods, or any update rule written against
@@ -100,11 +101,15 @@ def local_steps(model: nn.Module, batches: BatchStream, k: int,
     one loop. ``clip_grad_norm`` (``--clip-grad-norm``): before each step the gradients of
     all parameters are scaled to a total L2 norm of at most this
     (:func:`torch.nn.utils.clip_grad_norm_`); None, the default, touches nothing.
+    ``device``: copy each batch there first (a semi-asynchronous GPU host, whose many
+    clients' streams stay in host memory).
     """
     check_clip(clip_grad_norm)
     total = 0.0
     for _ in range(k):
         xb, yb = batches.next()
+        if device is not None and xb.device != device:
+            xb, yb = xb.to(device), yb.to(device)
         zero_grad()
         loss = _loss_fn(model(xb), yb)
         loss.backward()

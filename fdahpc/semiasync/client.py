@@ -84,8 +84,11 @@ class Host:
                  uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
                  num_clients: int, fedqs: FedQSParams | None = None, clip_grad_norm: float | None = None,
                  nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None,
-                 host_sums: bool = False) -> None:
+                 host_sums: bool = False, device: torch.device | str = "cpu") -> None:
         self.comm, self.model, self.flat = comm, model, flat
+        # Where the model trains (--device cuda: this host's GPU); versions, updates and
+        # per-client state stay in host memory, batches and versions are copied in per job.
+        self.device = torch.device(device)
         self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
         self.fedqs, self.num_classes, self.clip_grad_norm = fedqs, num_classes, clip_grad_norm
         self.layers = layer_bounds(model)  # the authors' per-layer angle
@@ -197,14 +200,15 @@ class Host:
             return None
         idx = torch.from_numpy(data.probe)
         x, y = data.batches.x[idx], data.batches.y[idx]
-        per_label = score(self.model, x, y, per_label=self.num_classes)[1]
+        per_label = score(self.model, x.to(self.device), y.to(self.device), per_label=self.num_classes)[1]
         return label_accuracies(per_label, torch.bincount(y, minlength=self.num_classes).numpy())
 
     def train(self, c: _Client, lr: float, momentum: float) -> float:
         """One local job of client c on the loaded model: the mode's optimizer, or FedQS's heavy ball."""
         if self.fedqs is None:
             opt = make_optimizer(self.optimizer, lr, self.model.parameters(), self.weight_decay)
-            return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad, self.clip_grad_norm)
+            return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad, self.clip_grad_norm,
+                               self.device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         bufs = [torch.zeros_like(p) for p in params]
 
@@ -214,7 +218,7 @@ class Host:
                     heavy_ball_step_(p.data, p.grad, b, lr, momentum)
 
         return local_steps(self.model, c.data.batches, c.data.steps, step, lambda: self.model.zero_grad(set_to_none=True),
-                           self.clip_grad_norm)
+                           self.clip_grad_norm, self.device)
 
     def _run_job(self, i: int) -> None:
         c = self.clients[i]
@@ -228,12 +232,12 @@ class Host:
         loss = self.train(c, lr, momentum) / c.data.steps
         if self.nan_from is not None and c.start >= self.nan_from:
             faults.poison(self.model)  # FDAHPC_FAULT=nan@N:RANK
+        payload = self.flat.state.to("cpu", copy=True)
         if self.fedqs is not None:
             c.lr = lr
-            c.delta = self.flat.w - w_start[: self.flat.dim]
+            c.delta = payload[: self.flat.dim] - w_start[: self.flat.dim]
             if self.sketcher is not None:
                 c.delta = self.sketcher.sketch(c.delta).astype(np.float32)  # 5 KB with the default 5 x 250
-        payload = self.flat.state.clone()
         if self.uploads == "update":  # Δ for the parameters; running statistics travel as values (rules.py)
             payload[: self.flat.dim].sub_(w_start[: self.flat.dim])
         header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,

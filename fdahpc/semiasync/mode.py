@@ -39,6 +39,27 @@ def host_of(num_clients: int, world_size: int) -> np.ndarray:
     return 1 + np.arange(num_clients) % (world_size - 1)
 
 
+def train_device(cfg, comm) -> torch.device:
+    """Where this rank trains: the CPU, or with ``--device cuda`` on a host one GPU of its
+    node (its node-local rank modulo the GPUs visible; several hosts may share one). The
+    server scores and aggregates on the CPU. Collective: every rank calls it."""
+    if cfg.device != "cuda":
+        return torch.device("cpu")
+    from ..comm import LaunchError
+    from ..comm.launch import detect
+
+    launch = detect()  # the node-local rank, from MPI
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if comm.is_root:
+        return torch.device("cpu")
+    if count == 0:
+        raise LaunchError(f"--device cuda: no CUDA GPU visible to rank {comm.rank} (CUDA_VISIBLE_DEVICES, driver); "
+                          "use --device cpu")
+    device = torch.device("cuda", (launch.local_rank if launch else comm.rank) % count)
+    torch.cuda.set_device(device)
+    return device
+
+
 def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.ndarray, fedqs: bool):
     """Per-client shares of this host's rows (in ``mine`` order), views of them; for FedQS
     also the label test's rows, up to 20 per label of the client's own training samples
@@ -125,10 +146,9 @@ class SemiAsyncMode(Mode):
             one_of("--fedqs-feedback", cfg.fedqs_feedback, FEEDBACK_WEIGHTS + tuple(FEEDBACK_ALIASES))
         require(cfg.backend not in TORCH_BACKENDS, f"--backend {cfg.backend}: the semi-asynchronous coordinator needs "
                 "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
-        require(cfg.device != "cuda", "--device cuda: the semi-asynchronous mode trains on CPUs; use --device cpu or --mode sync")
 
     def device(self, cfg) -> str:
-        return "cpu"
+        return "cpu"  # the coordinator's messages: MPI on CPU buffers; hosts may train on a GPU (train_device)
 
     def stem(self, cfg) -> str:
         return f"semiasync-{cfg.strategy}"
@@ -160,7 +180,8 @@ class SemiAsyncMode(Mode):
             return np.concatenate([parts[c] for c in mine]) if mine else np.zeros(0, dtype=np.int64)
 
         data = load_data(cfg, my_rows)
-        model = new_model(cfg, data)
+        device = train_device(cfg, comm)
+        model = new_model(cfg, data).to(device)  # initialized on the CPU: the same model on any device
         flat = FlatParams(model, buffers=True)
         rule = build_rule(cfg.strategy, server_lr=cfg.server_lr, feedback=not cfg.fedqs_no_feedback,
                           variant=cfg.fedqs_variant, feedback_weight=cfg.fedqs_feedback, weighting=cfg.weighting)
@@ -182,7 +203,8 @@ class SemiAsyncMode(Mode):
                         lr=cfg.lr or DEFAULT_LR, weight_decay=cfg.weight_decay, seed=cfg.seed,
                         num_classes=data.num_classes, num_clients=cfg.clients, fedqs=fedqs,
                         clip_grad_norm=cfg.clip_grad_norm, nan_from=faults.nan_at(comm.rank),
-                        model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts")
+                        model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts",
+                        device=device)
         return SemiAsyncJob(cfg, comm, model, flat, role)
 
 
@@ -210,7 +232,10 @@ class SemiAsyncJob(Job):
         return getattr(self.role, "version", 0)
 
     def fresh(self) -> None:
-        self.comm.bcast_(self.flat.state, "control")  # one initial model, whatever each platform's RNG did
+        # One initial model, whatever each platform's RNG did (through a CPU copy on a GPU host).
+        state = self.flat.state.cpu()
+        self.comm.bcast_(state, "control")
+        self.flat.state.copy_(state)
 
     def state_dict(self) -> dict:
         return {"role": self.role.state_dict(), "comm": self.comm.state_dict()}
