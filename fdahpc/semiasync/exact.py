@@ -22,7 +22,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["scale_bits", "add_term", "to_float"]
+__all__ = ["scale_bits", "add_term", "to_float", "compile_kernels"]
 
 _HEADROOM = 61  # |Σ| < 2^61: room for the rounding of up to 2^60 terms within int64
 _MAX_BITS = 960  # 2^S stays a finite float64 for any bound
@@ -62,3 +62,9 @@ def _add_term_numpy(acc: np.ndarray, x: np.ndarray, scale: float) -> None:
 def to_float(acc: np.ndarray, bits: int) -> np.ndarray:
     """The fixed-point sum as float64 (``acc · 2^-bits``)."""
     return acc.astype(np.float64) * math.ldexp(1.0, -bits)
+
+
+def compile_kernels() -> None:
+    """Compile the kernel for the payloads' float32 now, or load it from Numba's cache (one
+    rank, before a barrier, so that the others load it instead of all compiling at once)."""
+    _add_term(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.float32), 1.0)

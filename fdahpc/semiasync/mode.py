@@ -147,6 +147,14 @@ class SemiAsyncMode(Mode):
         require(cfg.backend not in TORCH_BACKENDS, f"--backend {cfg.backend}: the semi-asynchronous coordinator needs "
                 "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
 
+    def prepare(self, cfg, comm) -> None:
+        """Rank 0 compiles the exact sum's kernel (or loads it) while the others wait."""
+        if comm.is_root:
+            from .exact import compile_kernels
+
+            compile_kernels()
+        comm.barrier()
+
     def device(self, cfg) -> str:
         return "cpu"  # the coordinator's messages: MPI on CPU buffers; hosts may train on a GPU (train_device)
 
