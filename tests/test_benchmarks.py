@@ -233,3 +233,28 @@ def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
     assert got == syncs
     assert t == pytest.approx(600 * 0.01 + syncs * T(4 * d, k, "cross-site-1g") + monitored * T(8, k, "cross-site-1g")
                               + T(4, k, "cross-site-1g"))
+
+
+def test_semiasync_aggregate_projection_is_the_stated_model():
+    import semiasync_aggregate as sa
+
+    alpha, beta = 2e-6, 0.08e-9  # 100 Gb/s InfiniBand
+    n = 4e6
+    # Server path, K = 10, H = 4 hosts: 10 uploads in, 4 models out, one after another.
+    assert sa.server_seconds(n, n, 10, 4, alpha, beta) == pytest.approx(14 * (alpha + n * beta), rel=1e-12)
+    # Host path, H = 7 (8 ranks): T(2n, 8) + T(n, 8), each 2·3 latency rounds and 2·7/8 of its bytes.
+    want = 6 * alpha + 2 * 7 / 8 * 2 * n * beta + 6 * alpha + 2 * 7 / 8 * n * beta
+    assert sa.hosts_seconds(n, n, 7, alpha, beta) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_peers_reads_the_round_lines_of_fdahpc_and_of_the_bare_loop(tmp_path):
+    """The harness times real runs by their round lines: fdahpc's log and the bare loop's."""
+    import peers
+
+    args = peers.parse(["--clients", "20", "--rounds", "2"])
+    cmds = peers.commands(args, 20, str(tmp_path / "f.h5"))
+    for way in ("fdahpc", "bare"):
+        r = peers.measure(cmds[way], 2, timeout=300)
+        assert len(r["accuracy"]) == 2 and all(0.05 < a < 1 for a in r["accuracy"]), way
+        assert r["per_round"] > 0 and r["peak_gb"] > 0.05, way
