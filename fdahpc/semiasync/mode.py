@@ -148,7 +148,11 @@ class SemiAsyncMode(Mode):
                 "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
 
     def prepare(self, cfg, comm) -> None:
-        """Rank 0 compiles the exact sum's kernel (or loads it) while the others wait."""
+        """Every rank returns freed models to the system at once (store.py); rank 0 compiles
+        the exact sum's kernel (or loads it) while the others wait."""
+        from .store import release_freed_models
+
+        release_freed_models()
         if comm.is_root:
             from .exact import compile_kernels
 
