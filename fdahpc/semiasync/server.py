@@ -6,6 +6,12 @@ aggregate with the rule, score the new global model, record the round, and send 
 version to the clients just aggregated (one message per host, sent without blocking).
 Clients not aggregated keep training on the stale models they have.
 
+With ``--aggregate hosts`` only the headers travel to the server: it fills the buffer from
+them, takes the rule's coefficients (:meth:`.rules.BufferRule.combination`), tells every
+host its members' coefficients (``COMBINE``), and one exact sum-reduction of the hosts'
+fixed-point partial sums (:mod:`.exact`) gives the new model, which one broadcast sends
+back; the model is the one the server would have computed, bit for bit.
+
 Because updates are consumed in the clock's order and each job's result depends only
 on its start version and its client, the sequence of global models is a function of the
 seed alone; hosts still compute in parallel, ahead of the server where they can.
@@ -44,8 +50,8 @@ from ..control import Diverged
 from ..evaluate import score
 from .clock import VirtualClock
 from .fedqs import CLIENT_TYPES, speeds
-from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
 from .exact import to_float
+from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
 from .rules import BufferRule, Update
 from .store import ModelStore
 
