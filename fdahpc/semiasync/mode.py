@@ -20,8 +20,8 @@ __all__ = ["MODE", "SemiAsyncMode", "SemiAsyncJob", "fedqs_params", "host_of"]
 DEFAULT_OPTIMIZER, DEFAULT_LR = "sgd", 0.1
 #: The FedQS paper's N, K and rounds; the buffer never exceeds the clients.
 DEFAULT_CLIENTS, DEFAULT_BUFFER, DEFAULT_ROUNDS = 100, 10, 400
-DEFAULT_MODEL_CACHE_GB = 1.0
-AGGREGATE = ("server", "hosts")  # who adds the buffered updates (--aggregate)  # per rank; see store.py
+DEFAULT_MODEL_CACHE_GB = 1.0  # per rank; see store.py
+AGGREGATE = ("server", "hosts")  # who adds the buffered updates (--aggregate)
 
 
 def fedqs_params(cfg):
@@ -132,7 +132,7 @@ class SemiAsyncMode(Mode):
 
             require(BUFFER_RULES[cfg.strategy].weights_from_headers, f"--aggregate hosts: {cfg.strategy}'s weights read "
                     "every update's payload; use --aggregate server")
-        require(cfg.model_cache_gb > 0, f"--model-cache-gb {cfg.model_cache_gb}: must be > 0, e.g. 2 "
+        require(cfg.model_cache_gb > 0, f"--model-cache-gb {cfg.model_cache_gb}: must be > 0, e.g. 1 "
                 "(the models that do not fit wait in --spill-dir)")
         require(cfg.rounds >= 1, f"--rounds {cfg.rounds}: must be >= 1, e.g. --rounds 400")
         require(cfg.speed_ratio >= 1, f"--speed-ratio {cfg.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")

@@ -81,11 +81,11 @@ import numpy as np
 import torch
 
 from ..aggregate import _positive, weighted_sum
-from .exact import add_term, scale_bits, to_float
 from ..options import WEIGHTINGS  # fedavg/fedsgd's q_i: uniform or samples
+from .exact import add_term, scale_bits, to_float
 
-__all__ = ["Update", "Combination", "add_member", "BufferRule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL", "FedQSAvg", "FedQSSGD", "BUFFER_RULES",
-           "SEMIASYNC_RULES", "FEEDBACK_WEIGHTS", "FEEDBACK_ALIASES", "WEIGHTINGS", "G_CAP", "feedback_weight",
+__all__ = ["Update", "Combination", "add_member", "BufferRule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL",
+           "FedQSAvg", "FedQSSGD", "BUFFER_RULES", "SEMIASYNC_RULES", "FEEDBACK_WEIGHTS", "FEEDBACK_ALIASES", "WEIGHTINGS", "G_CAP", "feedback_weight",
            "build_rule"]
 
 FEEDBACK_WEIGHTS = ("paper", "authors", "misread")
