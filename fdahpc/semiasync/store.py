@@ -45,8 +45,9 @@ def release_freed_models(threshold: int = MMAP_THRESHOLD) -> bool:
     frees thousands of model-sized vectors (updates received, versions copied, payloads
     cloned) then keeps far more than it holds. Measured with 1,000 small-CNN FedQS clients
     on 4 ranks (200 aggregations, 1 GB model cache): 7.8 GB of peak RSS with glibc's
-    default, 6.2 GB with a fixed 1 MB threshold, for the same models held and results. Setting the threshold (``mallopt``) fixes it and
-    ends the adjustment. Returns False where there is no glibc (nothing changes there)."""
+    default, 6.2 GB with a fixed 1 MB threshold, for the same models held and results.
+    Setting the threshold (``mallopt``) fixes it and ends the adjustment. Returns False
+    where there is no glibc (nothing changes there)."""
     import ctypes
 
     try:
