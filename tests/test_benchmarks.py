@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 import comm_cost  # noqa: E402
+from fdahpc.data import FASHION_MNIST_DIR  # noqa: E402
 import fedadp_rounds  # noqa: E402
 
 
@@ -248,6 +249,7 @@ def test_semiasync_aggregate_projection_is_the_stated_model():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST_DIR), reason="dataset-fashion-mnist not installed")
 def test_peers_reads_the_round_lines_of_fdahpc_and_of_the_bare_loop(tmp_path):
     """The harness times real runs by their round lines: fdahpc's log and the bare loop's."""
     import peers
