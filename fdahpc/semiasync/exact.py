@@ -49,7 +49,7 @@ def add_term(acc: np.ndarray, coefficient: float, x: np.ndarray, bits: int) -> N
 
 
 @njit(fastmath=False, cache=True, nogil=True)
-def _add_term(acc, x, scale):  # one pass, no temporaries (numpy needs five: 6x slower at 1.65 M)
+def _add_term(acc, x, scale):  # one pass, no temporaries (NumPy needs several: 4.4x slower at 1.65 M)
     for i in range(x.size):
         acc[i] += np.int64(np.rint(np.float64(x[i]) * scale))
 
