@@ -42,7 +42,7 @@ from .fedqs import (FedQSParams, classify, decide, heavy_ball_step_, label_accur
                     similarity)
 from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
 from .rules import add_member
-from .store import ModelStore
+from .store import ModelStore, capacity
 
 __all__ = ["ClientData", "Host"]
 
@@ -102,10 +102,10 @@ class Host:
         # --aggregate hosts: the host also keeps its clients' finished updates until a COMBINE
         # names them; the two stores share the memory budget.
         self.host_sums = host_sums
-        budget = None if model_cache_gb is None else model_cache_gb * 2**30 / (2 if host_sums else 1)
-        self.versions = ModelStore(None if budget is None else max(1, int(budget // (4 * self.version_len))), spill_dir,
-                                   self._next_use, tag=f"rank{comm.rank}-versions-")
-        self.results = ModelStore(None if budget is None else max(1, int(budget // (4 * flat.state.numel()))), spill_dir,
+        budget = None if model_cache_gb is None else model_cache_gb / (2 if host_sums else 1)
+        self.versions = ModelStore(capacity(budget, self.version_len), spill_dir, self._next_use,
+                                   tag=f"rank{comm.rank}-versions-")
+        self.results = ModelStore(capacity(budget, flat.state.numel()), spill_dir,
                                   lambda: {i: self.clients[i].done_at for i in self.results.keys() if i in self.clients},
                                   tag=f"rank{comm.rank}-updates-")
         self.ready: list[tuple[float, int]] = []

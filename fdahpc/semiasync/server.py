@@ -53,7 +53,7 @@ from .fedqs import CLIENT_TYPES, speeds
 from .exact import to_float
 from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
 from .rules import BufferRule, Update
-from .store import ModelStore
+from .store import ModelStore, capacity
 
 __all__ = ["Server", "convergence_metrics"]
 
@@ -109,9 +109,8 @@ class Server:
         self.version = 0
         # Updates that arrived before their turn: headers here, payloads in the store.
         self.stash: dict[int, np.ndarray] = {}
-        capacity = None if self.model_cache_gb is None else \
-            max(1, int(self.model_cache_gb * 2**30 // (4 * self.flat.state.numel())))
-        self.stash_models = ModelStore(capacity, self.spill_dir, lambda: {c: h[Up.DONE_AT] for c, h in self.stash.items()},
+        self.stash_models = ModelStore(capacity(self.model_cache_gb, self.flat.state.numel()), self.spill_dir,
+                                       lambda: {c: h[Up.DONE_AT] for c, h in self.stash.items()},
                                        tag="server-")
         self.outbox = Outbox(self.comm)
         # Per rank: jobs, steps, peak RSS, the most models held at once (a host's versions in

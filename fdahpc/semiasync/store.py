@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["ModelStore", "release_freed_models"]
+__all__ = ["ModelStore", "capacity", "release_freed_models"]
 
 #: Allocations from this size on are mapped on their own and unmapped when freed.
 MMAP_THRESHOLD = 1 << 20
@@ -56,6 +56,11 @@ def release_freed_models(threshold: int = MMAP_THRESHOLD) -> bool:
         return False
     M_MMAP_THRESHOLD = -3
     return bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold)))
+
+
+def capacity(gb: float | None, floats: int) -> int | None:
+    """How many float32 vectors of ``floats`` entries fit in ``gb`` GB (at least one; None: no limit)."""
+    return None if gb is None else max(1, int(gb * 2**30 // (4 * floats)))
 
 
 class ModelStore:
@@ -95,10 +100,7 @@ class ModelStore:
 
     def __getitem__(self, v: int) -> torch.Tensor:
         if v not in self.memory:
-            w = self._load(v)
-            self._make_room(keep=v)
-            self.memory[v] = w
-            self.peak = max(self.peak, len(self.memory))
+            self.put(v, self._load(v))
         return self.memory[v]
 
     def pop(self, v: int) -> torch.Tensor:
