@@ -117,7 +117,9 @@ def bare_worker(args) -> None:
         total = sum(len(parts[c]) for c in chosen)
         acc = np.zeros_like(flat)
         for c in chosen[comm.rank :: comm.size]:
-            torch.nn.utils.vector_to_parameters(torch.from_numpy(flat), params)
+            # vector_to_parameters makes the parameters views of its vector: each client
+            # trains a copy of the global model, never the global model itself
+            torch.nn.utils.vector_to_parameters(torch.from_numpy(flat).clone(), params)
             rows = torch.from_numpy(parts[c])
             local_epoch(model, x[rows], y[rows], args.seed * 1_000_003 + rnd * 1009 + int(c))
             acc += len(parts[c]) / total * torch.nn.utils.parameters_to_vector(params).detach().numpy()

@@ -74,12 +74,14 @@ def _git_commit() -> str | None:
 
 def this_rank(device: Any = "cpu") -> dict[str, Any]:
     """This process's kernel-deciding facts (no communication)."""
-    import numba
     import torch
 
     torch_threads = torch.get_num_threads()
-    numba_threads = numba.get_num_threads()  # starts Numba's threading layer, which can reset OpenMP's count:
-    torch.set_num_threads(torch_threads)  # put torch's back
+    if "numba" in sys.modules:  # this rank runs Numba kernels
+        numba_threads = sys.modules["numba"].get_num_threads()  # starts Numba's threading layer, which can reset
+        torch.set_num_threads(torch_threads)  # OpenMP's count: put torch's back
+    else:  # what Numba would start with; importing it only to ask costs every run its start-up
+        numba_threads = int(os.environ["NUMBA_NUM_THREADS"]) if os.environ.get("NUMBA_NUM_THREADS", "").isdigit() else None
     rank = dict(host=socket.gethostname(), cpu_model=_cpu_model(),
                 torch_cpu_capability=torch.backends.cpu.get_cpu_capability(),
                 torch_threads=torch_threads, numba_threads=numba_threads,

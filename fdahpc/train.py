@@ -17,6 +17,7 @@ waits forever. SIGTERM/SIGUSR1 stop every rank at the same step after a checkpoi
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 
@@ -27,12 +28,16 @@ log = logging.getLogger("fdahpc")
 
 def _limit_threads(n: int) -> None:
     """One thread per rank by default: ranks already fill the cores, and idle OpenMP
-    threads spinning beside other ranks' work cost more than they give."""
-    import numba
+    threads spinning beside other ranks' work cost more than they give. Numba takes its
+    count from the environment when first imported: only runs with Numba kernels import it
+    (sketches, large semi-async models), and the others start faster without."""
     import torch
 
     torch.set_num_threads(n)
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    cap = os.environ.get("NUMBA_NUM_THREADS")
+    os.environ["NUMBA_NUM_THREADS"] = str(min(n, int(cap)) if cap and cap.isdigit() else n)
+    if "numba" in sys.modules:
+        sys.modules["numba"].set_num_threads(int(os.environ["NUMBA_NUM_THREADS"]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -174,6 +174,8 @@ def test_read_idx_plain_and_gz_with_row_selection(tmp_path, gz):
     _write_idx(path, data)
     assert np.array_equal(read_idx(path, 3), data)
     assert np.array_equal(read_idx(path, 3, np.array([3, 1])), data[[3, 1]])
+    none = read_idx(path, 3, np.array([], dtype=np.int64))  # the header only
+    assert none.shape == (0, 2, 3) and none.dtype == np.uint8
 
 
 def test_read_idx_rejects_wrong_magic_and_truncation(tmp_path):

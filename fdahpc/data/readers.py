@@ -152,6 +152,8 @@ def read_idx(path: str | os.PathLike, ndim: int, rows: np.ndarray | None = None)
     are decompressed whole (their rows cannot be reached without it).
     """
     path = Path(path)
+    if rows is not None and len(rows) == 0:  # e.g. the semi-async coordinator: the header only
+        return np.zeros((0, *read_idx_shape(path, ndim)[1:]), dtype=np.uint8)
     if path.suffix == ".gz":
         with _gzip_errors(path), gzip.open(path, "rb") as f:
             raw = f.read()

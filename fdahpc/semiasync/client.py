@@ -36,7 +36,6 @@ from ..aggregate import sketch_cosine
 from ..comm import Communicator, Outbox
 from ..control import Diverged
 from ..evaluate import score
-from ..sketch import AmsSketch
 from ..worker import BatchStream, local_steps, make_optimizer
 from .fedqs import (FedQSParams, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
                     similarity)
@@ -94,7 +93,11 @@ class Host:
         self.layers = layer_bounds(model)  # the authors' per-layer angle
         # --fedqs-sketch-similarity: one sketcher for the host; each client keeps the sketch
         # of its last update, each version received the sketch of its global step.
-        self.sketcher = AmsSketch(flat.dim, seed=seed) if fedqs is not None and fedqs.sketch else None
+        self.sketcher = None
+        if fedqs is not None and fedqs.sketch:
+            from ..sketch import AmsSketch  # imports Numba: only this option needs it
+
+            self.sketcher = AmsSketch(flat.dim, seed=seed)
         self.ref_sketches: dict[int, np.ndarray] = {}
         self.clients = {i: _Client(d, fedqs.eta0 if fedqs else lr) for i, d in clients.items()}
         # A version is the model, for FedQS followed by Mod①'s reference over the parameters.

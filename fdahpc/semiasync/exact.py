@@ -17,15 +17,21 @@ float32's, so the result is the exactly rounded weighted sum for all practical p
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-from numba import njit
 
-__all__ = ["scale_bits", "add_term", "to_float", "compile_kernels"]
+__all__ = ["scale_bits", "add_term", "to_float", "JIT_MIN_SIZE"]
 
 _HEADROOM = 61  # |Σ| < 2^61: room for the rounding of up to 2^60 terms within int64
 _MAX_BITS = 960  # 2^S stays a finite float64 for any bound
+
+#: From this many entries up the Numba kernel adds a term (4.4x NumPy's speed at 1.65 M);
+#: below, NumPy does, and the process never imports Numba nor loads the kernel (about 0.5 s
+#: of start-up, more than NumPy's extra temporaries cost a small model over a whole run).
+#: Both compute the same integers (tested).
+JIT_MIN_SIZE = 1 << 20
 
 
 def scale_bits(bound: float) -> int:
@@ -45,26 +51,31 @@ def add_term(acc: np.ndarray, coefficient: float, x: np.ndarray, bits: int) -> N
         return
     if acc.shape != x.shape or acc.dtype != np.int64:
         raise ValueError(f"acc: expected int64 of shape {x.shape}, got {acc.dtype} {acc.shape}")
-    _add_term(acc, np.ascontiguousarray(x), math.ldexp(float(coefficient), bits))
+    scale = math.ldexp(float(coefficient), bits)
+    if x.size >= JIT_MIN_SIZE:
+        _kernel()(acc, np.ascontiguousarray(x), scale)
+    else:
+        _add_term_numpy(acc, x, scale)
 
 
-@njit(fastmath=False, cache=True, nogil=True)
-def _add_term(acc, x, scale):  # one pass, no temporaries (NumPy needs several: 4.4x slower at 1.65 M)
-    for i in range(x.size):
-        acc[i] += np.int64(np.rint(np.float64(x[i]) * scale))
+@functools.cache
+def _kernel():
+    """The Numba kernel, compiled (or loaded from Numba's cache) at its first use."""
+    from .exact_kernel import add_term_jit
+
+    return add_term_jit
 
 
 def _add_term_numpy(acc: np.ndarray, x: np.ndarray, scale: float) -> None:
-    """The reference the kernel is tested against."""
-    acc += np.rint(x.astype(np.float64) * scale).astype(np.int64)
+    """The same sum in NumPy: the reference the kernel is tested against, and the small
+    models' path."""
+    t = x.astype(np.float64)
+    t *= scale
+    np.rint(t, out=t)
+    acc += t.astype(np.int64)
 
 
 def to_float(acc: np.ndarray, bits: int) -> np.ndarray:
     """The fixed-point sum as float64 (``acc · 2^-bits``)."""
     return acc.astype(np.float64) * math.ldexp(1.0, -bits)
 
-
-def compile_kernels() -> None:
-    """Compile the kernel for the payloads' float32 now, or load it from Numba's cache (one
-    rank, before a barrier, so that the others load it instead of all compiling at once)."""
-    _add_term(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.float32), 1.0)

@@ -148,16 +148,10 @@ class SemiAsyncMode(Mode):
                 "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
 
     def prepare(self, cfg, comm) -> None:
-        """Every rank returns freed models to the system at once (store.py); rank 0 compiles
-        the exact sum's kernel (or loads it) while the others wait."""
+        """Every rank returns freed models to the system at once (store.py)."""
         from .store import release_freed_models
 
         release_freed_models()
-        if comm.is_root:
-            from .exact import compile_kernels
-
-            compile_kernels()
-        comm.barrier()
 
     def device(self, cfg) -> str:
         return "cpu"  # the coordinator's messages: MPI on CPU buffers; hosts may train on a GPU (train_device)

@@ -22,7 +22,7 @@ makes the estimate non-positive.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,8 +30,10 @@ import torch
 from ..comm import Communicator
 from ..comm.base import Done, Request
 from ..options import FDAOptions, SketchFDAOptions
-from ..sketch import AmsSketch, estimate_sq_norm
 from .base import BuildContext, Trigger, trigger
+
+if TYPE_CHECKING:  # fdahpc.sketch imports Numba: only the sketch trigger needs it, at its construction
+    from ..sketch import AmsSketch
 
 __all__ = ["LinearFDATrigger", "SketchFDATrigger", "exact_variance"]
 
@@ -227,6 +229,8 @@ class SketchFDATrigger(_FDATrigger):
                  sketcher: AmsSketch | None = None, **kw) -> None:
         """``sketcher``: an existing AmsSketch of dimension ``dim`` to share; without one, an
         AmsSketch of its own defaults (seed 0)."""
+        from ..sketch import AmsSketch, estimate_sq_norm
+
         if sketcher is None:
             sketcher = AmsSketch(dim)
         elif sketcher.dim != dim:
@@ -237,6 +241,7 @@ class SketchFDATrigger(_FDATrigger):
         self.eps = 1.0 / np.sqrt(cols) if eps is None else float(eps)
         self.sketcher = sketcher
         self._sk = np.empty((rows, cols), dtype=np.float64)
+        self._sq_norm = estimate_sq_norm
 
     @classmethod
     def needs_sketch(cls, options) -> bool:
@@ -256,7 +261,7 @@ class SketchFDATrigger(_FDATrigger):
     def estimate(self, state: np.ndarray) -> float:
         """H(S̄) = mean ||u||^2 - M2(mean sk(u)) / (1 + ε), from the averaged state."""
         mean_sk = state[1:].reshape(self._sk.shape).astype(np.float64)
-        return float(state[0]) - estimate_sq_norm(mean_sk) / (1.0 + self.eps)
+        return float(state[0]) - self._sq_norm(mean_sk) / (1.0 + self.eps)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "sketch": self.sketcher.state_dict()}

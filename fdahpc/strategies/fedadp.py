@@ -12,7 +12,7 @@ update instead; ``⟨Δ_i, g⟩`` and ``||g||²`` are estimated from the sketche
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,9 +20,11 @@ import torch
 from ..aggregate import FedAdpWeights, apply_update, sketched_cosines
 from ..comm import Communicator
 from ..options import ANGLE_MODES, FedAdpOptions
-from ..sketch import AmsSketch
 from .base import BuildContext, Rule, rule
 from .participation import Participation
+
+if TYPE_CHECKING:
+    from ..sketch import AmsSketch  # imports Numba: only a sketched run builds one (BuildContext.sketch)
 
 __all__ = ["FedAdpRule"]
 
