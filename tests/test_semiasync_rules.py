@@ -721,3 +721,18 @@ def test_the_fixed_point_kernel_is_the_numpy_reference(dtype):
         _kernel()(fast, x, scale)
         _add_term_numpy(ref, x, scale)
         assert np.array_equal(fast, ref)  # ties (0.5, 1.5, 2.5 at scale 1) to even in both
+
+
+def test_add_term_takes_the_kernel_from_its_size_up_with_the_same_integers():
+    from fdahpc.semiasync.exact import JIT_MIN_SIZE, _add_term_numpy, _kernel, add_term
+
+    x = np.random.default_rng(4).normal(size=JIT_MIN_SIZE).astype(np.float32)
+    big, ref = np.zeros(len(x), dtype=np.int64), np.zeros(len(x), dtype=np.int64)
+    _kernel.cache_clear()
+    add_term(big[:-1], 0.3, x[:-1], 50)  # one entry short: NumPy's path
+    assert _kernel.cache_info().misses == 0
+    big[:-1] = 0
+    add_term(big, 0.3, x, 50)
+    assert _kernel.cache_info().misses == 1  # the kernel's path
+    _add_term_numpy(ref, x, 0.3 * 2.0**50)
+    assert np.array_equal(big, ref) and np.count_nonzero(big) > 0
