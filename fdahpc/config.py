@@ -35,7 +35,7 @@ class TrainConfig:
     strategy: str | None = _f(None, "strategy (sync mode, default sketchfda) or aggregation rule (semiasync, default fedqs-avg); see --help")
     sync: str | None = _f(None, "sync: override the strategy's trigger: periodic, linear or sketch")
     model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star or resnet18")
-    dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10 or synthetic")
+    dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10, synthetic or synthetic:N (N training images)")
     data_dir: str | None = _f(None, "folder with the dataset files (IDX or CIFAR-10 python batches)", resumable=True)
     partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C or mix:...")
     # Local training. The FDA paper trains LeNet-5 with Adam (lr 1e-3), batch 32.
@@ -178,11 +178,14 @@ def _require(ok: bool, msg: str) -> None:
 def _validate(c: TrainConfig) -> None:
     # Names that live in other modules are checked against their registries, lazily,
     # so that importing config stays cheap.
-    from .data import DATASETS, parse_partition
+    from .data import check_dataset, parse_partition
     from .models import MODELS
 
     one_of("--model", c.model, MODELS)
-    one_of("--dataset", c.dataset, DATASETS)
+    try:
+        check_dataset(c.dataset)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
     if c.optimizer is not None:
         from .worker import OPTIMIZERS
 

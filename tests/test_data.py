@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fdahpc.config import parse_args
 from fdahpc.data import (DATASETS, FASHION_MNIST_DIR, Dataset, load_dataset,
                          parse_partition, partition)
 from fdahpc.data.partition import PartitionSpec
@@ -314,6 +315,27 @@ def test_synthetic_is_seeded_and_learnable():
     means = np.stack([a.x_train[a.y_train == k].reshape(-1, 784).mean(0) for k in range(10)])
     dist = ((a.x_test.reshape(-1, 1, 784) - means[None]) ** 2).sum(-1)
     assert np.mean(dist.argmin(1) == a.y_test) > 0.9
+
+
+def test_sized_synthetic_keeps_only_the_selected_rows_of_the_same_images():
+    whole = load_dataset("synthetic:20000", seed=3)
+    assert whole.x_train.shape == (20000, 1, 28, 28) and whole.x_test.shape == (1000, 1, 28, 28)
+    assert np.array_equal(load_dataset("synthetic:4000", seed=3).x_train, load_dataset("synthetic", seed=3).x_train)
+    pick = np.array([19999, 5, 8192, 8191, 5])  # across chunks, out of order, repeated
+    few = load_dataset("synthetic:20000", seed=3, train_indices=lambda y: pick)
+    assert np.array_equal(few.x_train, whole.x_train[pick]) and np.array_equal(few.y_train, whole.y_train[pick])
+    assert np.array_equal(few.x_test, whole.x_test)
+    none = load_dataset("synthetic:20000", seed=3, train_indices=lambda y: np.zeros(0, np.int64))
+    assert none.x_train.shape == (0, 1, 28, 28)
+
+
+@pytest.mark.parametrize("name, message", [("synthetic:5", "N must be a whole number"), ("synthetic:x", "N must be"),
+                                           ("mnist:100", "unknown"), ("synthetic:", "N must be")])
+def test_sized_synthetic_names_are_checked(name, message):
+    with pytest.raises(ValueError, match=message):
+        load_dataset(name)
+    with pytest.raises(ValueError, match=f"--dataset '{name}': {message}"):
+        parse_args(["--dataset", name])
 
 
 def test_dataset_rejects_wrong_dtypes():

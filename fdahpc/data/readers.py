@@ -27,7 +27,7 @@ import numpy as np
 
 from ..streams import SYNTHETIC, stream
 
-__all__ = ["DATASETS", "FASHION_MNIST_DIR", "Dataset", "load_dataset",
+__all__ = ["DATASETS", "FASHION_MNIST_DIR", "Dataset", "load_dataset", "check_dataset",
            "read_idx", "read_idx_shape", "read_cifar_batch"]
 
 DATASETS: tuple[str, ...] = ("mnist5k", "mnist", "fashion-mnist", "cifar10", "synthetic")
@@ -74,9 +74,24 @@ def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
     """
     loaders = {"mnist5k": _load_mnist5k, "mnist": _load_mnist, "fashion-mnist": _load_fashion,
                "cifar10": _load_cifar10, "synthetic": _load_synthetic}
-    if name not in loaders:
-        raise ValueError(f"dataset {name!r}: unknown; use one of {', '.join(DATASETS)}, e.g. mnist5k")
-    return loaders[name](data_dir, seed, train_indices)
+    base, size = check_dataset(name)
+    if size is not None:
+        return _load_synthetic(data_dir, seed, train_indices, n_train=size)
+    return loaders[base](data_dir, seed, train_indices)
+
+
+def check_dataset(name: str) -> tuple[str, int | None]:
+    """``(name, None)`` for a dataset of `DATASETS`, ``("synthetic", N)`` for ``synthetic:N``
+    (N training images, e.g. for more simulated clients than a real set has samples);
+    ``ValueError`` naming the fix otherwise."""
+    base, sized, size = name.partition(":")
+    if base not in DATASETS or (sized and base != "synthetic"):
+        raise ValueError(f"dataset {name!r}: unknown; use one of {', '.join(DATASETS)} or synthetic:N, e.g. mnist5k")
+    if not sized:
+        return base, None
+    if not size.isdigit() or int(size) < 10:
+        raise ValueError(f"dataset {name!r}: N must be a whole number of training images >= 10, e.g. synthetic:100000")
+    return base, int(size)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -347,16 +362,28 @@ def _load_mnist5k(data_dir, seed, keep):
 
 
 # ---------------------------------------------------------------------------- synthetic
-def _synthetic_images(rng: np.random.Generator, n: int, prototypes: np.ndarray):
+def _synthetic_images(rng: np.random.Generator, n: int, prototypes: np.ndarray, keep: TrainIndices | None = None,
+                      chunk: int = 8192):
+    """``n`` images and labels, or the rows ``keep`` selects from the labels. The noise is
+    drawn in chunks in the stream's order (the same numbers as one draw), and only kept
+    rows are stored: a rank holds its share of a large set, never the whole of it."""
     labels = rng.permutation(np.arange(n) % len(prototypes)).astype(np.int64)
-    noise = rng.standard_normal((n, 1, 28, 28), dtype=np.float32)
-    return prototypes[labels] + noise, labels
+    rows = _select(keep, labels, "synthetic")
+    if rows is None:
+        rows = np.arange(n)
+    images = np.empty((len(rows), 1, 28, 28), dtype=np.float32)
+    for start in range(0, n, chunk):
+        noise = rng.standard_normal((min(chunk, n - start), 1, 28, 28), dtype=np.float32)
+        here = np.flatnonzero((rows >= start) & (rows < start + chunk))
+        images[here] = prototypes[labels[rows[here]]] + noise[rows[here] - start]
+    return images, labels[rows]
 
 
 def _load_synthetic(data_dir, seed, keep, n_train: int = 4000, n_test: int = 1000):
     """Ten classes, each a fixed image of three Gaussian bumps (so convolutions help, like
     real digits) plus unit pixel noise; learnable in a few epochs by any model here.
-    Values are roughly zero-mean, unit-variance already, so no further normalization."""
+    Values are roughly zero-mean, unit-variance already, so no further normalization.
+    ``synthetic:N`` sets ``n_train``; the test set stays 1,000 images."""
     rng = stream(seed, SYNTHETIC)
     grid = np.arange(28, dtype=np.float32)
     prototypes = np.zeros((_NUM_CLASSES, 1, 28, 28), dtype=np.float32)
@@ -364,9 +391,6 @@ def _load_synthetic(data_dir, seed, keep, n_train: int = 4000, n_test: int = 100
         for cy, cx in rng.uniform(4, 24, size=(3, 2)):
             proto[0] += np.exp(-((grid[:, None] - cy) ** 2 + (grid[None, :] - cx) ** 2) / 18.0)
     prototypes -= prototypes.mean()
-    x_train, y_train = _synthetic_images(rng, n_train, prototypes)
+    x_train, y_train = _synthetic_images(rng, n_train, prototypes, keep)
     x_test, y_test = _synthetic_images(rng, n_test, prototypes)
-    rows = _select(keep, y_train, "synthetic")
-    if rows is not None:
-        x_train, y_train = x_train[rows], y_train[rows]
     return Dataset("synthetic", x_train, y_train, x_test, y_test, num_classes=_NUM_CLASSES)
