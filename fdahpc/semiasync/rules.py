@@ -106,7 +106,7 @@ class Update:
     similarity: float = 0.0  # s_i the client reported (FedQS)
     feedback: bool = False  # the client asked for the feedback weight (FedQS)
     G: float = 1.0  # the client's bias ratio G_i (FedQS), already bounded by the client
-    absmax: float = float("nan")  # max |payload| as the host reported it (--aggregate hosts: no payload here)
+    absmax: float = float("nan")  # max |payload| as the host reported it (NaN: unknown, computed from the payload)
 
 
 @dataclass
@@ -181,7 +181,10 @@ class BufferRule:
         payloads = [u.payload.numpy() for u in updates]
         with torch.no_grad():
             old = w_global.numpy()
-            acc, bits = c.start(old, d, [float(np.abs(x).max(initial=0.0)) for x in payloads])
+            # the hosts' reported max |payload| (Update.absmax) where there is one
+            absmax = [u.absmax if math.isfinite(u.absmax) else float(np.abs(x).max(initial=0.0))
+                      for u, x in zip(updates, payloads)]
+            acc, bits = c.start(old, d, absmax)
             for k, x in enumerate(payloads):
                 c.add(acc, k, x, d, bits)
             w_global.copy_(torch.from_numpy(to_float(acc, bits)))
