@@ -91,9 +91,31 @@ def per_client_bytes(args, n: int) -> dict[str, float]:
         sketch = "--fedqs-sketch-similarity" in args.extra
         out["FedQS last update" + (" (5x250 sketch)" if sketch else " (float32)")] = 5 * 250 * 4 if sketch else 4 * dim
         out["FedQS label-test rows"] = sum(c.probe.nbytes for c in clients.values() if c.probe is not None) / k
-    # The server: clock (speed, active, jobs, heap entry), counts, similarity, host.
-    out["server arrays (clock, counts, similarity)"] = 8 + 1 + 8 + 72 + 8 + 8 + 8
+    out["server (clock with every client's job, counts, similarity, host)"] = server_bytes(n, cfg) / n
     return out
+
+
+def server_bytes(n: int, cfg) -> int:
+    """The server's per-client structures for ``n`` clients, measured with tracemalloc:
+    the virtual clock with one job of every client in its heap (every client trains at
+    once), the aggregation counts, the similarities, the client-to-host map."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fdahpc.semiasync.clock import VirtualClock
+    from fdahpc.semiasync.mode import host_of
+
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    clock = VirtualClock(n, cfg.speed_ratio, cfg.seed)
+    for c in clock.starters(None, 0):
+        clock.start(c, 0)
+    held = (clock, np.zeros(n, dtype=np.int64), np.full(n, np.nan), host_of(n, 4))
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del held
+    return used
 
 
 def main(argv=None) -> int:
