@@ -66,25 +66,44 @@ class Setting:
     partition: str
     workers: int
     targets: str | None = None  # this setting's own targets (MODEL/PARTITION@K=0.88,0.9)
+    optimizer: str | None = None  # the local optimizer of every run (MODEL/PARTITION@K/OPTIMIZER:LR); None: presets'
+    lr: float | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.model}/{self.partition}@{self.workers}"
+        own = f"/{self.optimizer}:{self.lr:g}" if self.optimizer else ""
+        return f"{self.model}/{self.partition}@{self.workers}{own}"
 
     @property
     def folder(self) -> str:
-        return "".join(c if c.isalnum() or c in "-." else "_" for c in f"{self.model}-{self.partition}-k{self.workers}")
+        own = f"-{self.optimizer}{self.lr:g}" if self.optimizer else ""  # none: the folders runs were made in before
+        return "".join(c if c.isalnum() or c in "-." else "_" for c in f"{self.model}-{self.partition}-k{self.workers}{own}")
+
+    def flags(self) -> list[str]:
+        """The training flags the setting adds to every run (FDA and FedAvg alike)."""
+        return ["--optimizer", self.optimizer, "--lr", f"{self.lr:g}"] if self.optimizer else []
 
 
 def parse_setting(text: str) -> Setting:
+    from fdahpc.worker import OPTIMIZERS
+
     text, _, targets = text.strip().partition("=")
     model, _, rest = text.strip().partition("/")
-    partition, _, k = rest.rpartition("@")
-    if not model or not partition or not k.isdigit():
-        raise ValueError(f"--settings entry {text!r}: use MODEL/PARTITION@K, e.g. lenet5/sorted:60@4")
+    partition, _, tail = rest.rpartition("@")
+    k, _, own = tail.partition("/")
+    optimizer, _, lr = own.partition(":")
+    usage = "use MODEL/PARTITION@K[/OPTIMIZER:LR], e.g. lenet5/sorted:60@4 or lenet5/classes:2@8/sgd:0.05"
+    if not model or not partition or not k.isdigit() or (own and not lr):
+        raise ValueError(f"--settings entry {text!r}: {usage}")
     if model not in MODELS:
         raise ValueError(f"--settings entry {text!r}: no defaults for model {model!r}; known: {', '.join(MODELS)}")
-    return Setting(model, partition, int(k), targets.replace(";", ",") or None)
+    if own and optimizer not in OPTIMIZERS:
+        raise ValueError(f"--settings entry {text!r}: optimizer {optimizer!r} unknown; choose one of {', '.join(OPTIMIZERS)}")
+    try:
+        rate = float(lr) if own else None
+    except ValueError:
+        raise ValueError(f"--settings entry {text!r}: learning rate {lr!r} is not a number; {usage}") from None
+    return Setting(model, partition, int(k), targets.replace(";", ",") or None, optimizer or None, rate)
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -135,7 +154,7 @@ def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
             "--target", f"{targets_of(args, setting)[-1]:g}", "--max-epochs", f"{args.max_epochs or own['max_epochs']:g}",
             "--seeds", args.seeds, "--eval-every", str(own["eval_every"]), "--model", setting.model,
             "--dataset", args.dataset, "--workdir", folder, "--out", os.path.join(folder, "runs"),
-            "--timeout", f"{args.timeout:g}", "--baselines", ""]
+            "--timeout", f"{args.timeout:g}", "--baselines", "", f"--extra={' '.join(setting.flags())}"]
     return comm_cost.parse(argv + (["--resume"] if args.resume else []))
 
 
@@ -168,18 +187,30 @@ def knob_of(row: dict) -> str:
 
 def points(setting: Setting, comm_rows: list[dict], targets: list[float]) -> list[dict]:
     """One point per (configuration, target): medians over the seeds that reached it."""
+    import json
+
+    from fdahpc.strategies import PRESETS
+
     out = []
     by_config: dict[tuple, list[tuple[dict, dict]]] = {}
     for r in comm_rows:
         run = read_run(os.path.join(REPO_ROOT, r["run_file"]))
         by_config.setdefault((r["family"], knob_of(r)), []).append((r, run))
+
+    def local(run: dict) -> tuple[str, float, int]:
+        """The run's local optimizer and learning rate as it trained (the flags or the preset) and its seed."""
+        cfg = json.loads(run["config"])
+        preset = PRESETS[cfg["strategy"]]
+        return cfg["optimizer"] or preset.optimizer, cfg["lr"] or preset.lr, int(cfg["seed"])
+
     for target in targets:
         for (family, knob), runs in by_config.items():
             hits = [c for c in (crossing(run, target) for _, run in runs) if c is not None]
             reached = len(hits) * 2 > len(runs)
+            optimizer, lr, _ = local(runs[0][1])
             out.append(dict(
                 setting=setting.name, model=setting.model, partition=setting.partition, workers=setting.workers,
-                target=target, family=family, knob=knob, auto=knob.startswith("auto"), seeds=len(runs), reached_seeds=len(hits),
+                optimizer=optimizer, lr=lr, seed=";".join(str(local(run)[2]) for _, run in runs), target=target, family=family, knob=knob, auto=knob.startswith("auto"), seeds=len(runs), reached_seeds=len(hits),
                 reached=reached,
                 steps=median(s for s, _ in hits) if reached else median(float(run["steps"]) for _, run in runs),
                 gb=median(g for _, g in hits) if reached else median(float(run["comm_bytes"]) / 1e9 for _, run in runs),
@@ -327,7 +358,7 @@ def plot(pts: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-FIELDS = ["setting", "model", "partition", "workers", "target", "family", "knob", "auto", "seeds", "reached_seeds",
+FIELDS = ["setting", "model", "partition", "workers", "optimizer", "lr", "seed", "target", "family", "knob", "auto", "seeds", "reached_seeds",
           "reached", "steps", "gb", "syncs", "final_accuracy", "run_files"]
 
 

@@ -40,7 +40,7 @@ class TrainConfig:
     partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C or mix:...")
     # Local training. The FDA paper trains LeNet-5 with Adam (lr 1e-3), batch 32.
     batch_size: int = _f(32, "minibatch size of a local step (per worker; semiasync: per client)")
-    optimizer: str | None = _f(None, "local optimizer: adam, adamw, sgd or nesterov (default: the strategy's, adam for FDA; semiasync: sgd)")
+    optimizer: str | None = _f(None, "local optimizer: adam, adamw, sgd, momentum (SGD, heavy ball 0.9) or nesterov (default: the strategy's, adam for FDA; semiasync: sgd)")
     lr: float | None = _f(None, "local learning rate (default: the strategy's, 1e-3 for FDA; semiasync: 0.1)")
     weight_decay: float = _f(0.0, "local weight decay")
     epochs: float = _f(5.0, "sync: training length in epochs of the mean partition (fractions allowed; semiasync: --rounds)", resumable=True)

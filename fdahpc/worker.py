@@ -17,7 +17,7 @@ from torch import nn
 
 __all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "local_steps", "check_clip"]
 
-OPTIMIZERS = ("adam", "sgd", "nesterov", "adamw")
+OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adamw")
 
 
 class BatchStream:
@@ -76,6 +76,8 @@ def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.o
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
+    if name == "momentum":  # heavy ball
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
     if name == "nesterov":
         return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
     raise ValueError(f"--optimizer {name!r}: unknown; choose one of {', '.join(OPTIMIZERS)}")

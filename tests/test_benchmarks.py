@@ -217,6 +217,23 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     assert "1.64x its GB" in line and "Θ=4 0.0080 GB (1.12x)" in line
 
 
+def test_frontier_settings_carry_the_local_optimizer_into_every_run():
+    import frontier
+
+    s = frontier.parse_setting("lenet5/mix:2*iid+2*classes:2@8/momentum:0.05=0.85;0.9")
+    assert (s.partition, s.workers, s.optimizer, s.lr, s.targets) == ("mix:2*iid+2*classes:2", 8, "momentum", 0.05, "0.85,0.9")
+    assert s.name == "lenet5/mix:2*iid+2*classes:2@8/momentum:0.05" and s.folder.endswith("-k8-momentum0.05")
+    args = frontier.parse(["--settings", "lenet5/iid@4/sgd:0.1", "--dry-run"])
+    jobs = frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))
+    assert jobs and all(" ".join(j.flags).endswith("--optimizer sgd --lr 0.1") for j in jobs)
+    plain = frontier.parse_setting("lenet5/iid@4")
+    assert plain.flags() == [] and plain.folder == "lenet5-iid-k4"  # the folders earlier runs were made in
+    for bad, message in [("lenet5/iid@4/sgd", "OPTIMIZER:LR"), ("lenet5/iid@4/rmsprop:0.1", "optimizer 'rmsprop' unknown"),
+                         ("lenet5/iid@4/sgd:fast", "learning rate 'fast'")]:
+        with pytest.raises(ValueError, match=message):
+            frontier.parse_setting(bad)
+
+
 def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
     import time_to_accuracy as tta
     from cost_model import fabric_allreduce_seconds as T

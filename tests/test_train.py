@@ -67,6 +67,18 @@ def test_one_rank_synchronous_equals_plain_training(tmp_path):
     assert torch.equal(plain, setup.flat.w)
 
 
+def test_momentum_is_sgd_with_a_heavy_ball_of_0_9():
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = make_optimizer("momentum", 0.1, [w], 0.0)
+    v, expect = torch.zeros(2), w.detach().clone()
+    for g in (torch.tensor([0.5, 1.0]), torch.tensor([-1.0, 2.0])):
+        w.grad = g.clone()
+        opt.step()
+        v = 0.9 * v + g
+        expect -= 0.1 * v
+    assert torch.allclose(w.detach(), expect)
+
+
 def test_target_accuracy_stops_early(tmp_path):
     from fdahpc.comm import LocalCommunicator
 
