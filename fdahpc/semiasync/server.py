@@ -374,12 +374,6 @@ class Server:
                 self._diverged(f"NaN or Inf in the global model at round {self.version}")
             self.now = now
             last = self.version == self.rounds
-            acc, loss = float("nan"), float("nan")
-            if self.version % self.eval_every == 0 or last:
-                s = score(self.model, self.x_test, self.y_test)
-                acc, loss = s.accuracy, s.loss
-                result.update(final_accuracy=acc, final_loss=loss)
-            self.accuracy.append(acc)
             self._dropout()
             ids = [u.client for u in buffer]
             again = self.clock.starters(ids, self.version)
@@ -390,6 +384,13 @@ class Server:
             # The last round sends too when the run can be continued from its checkpoint.
             round_bytes = received + (self._send_model(again, next_done, now) if not last or save is not None else 0)
             self.sent += round_bytes
+            # Scored after the new version went out: the hosts train while the server evaluates.
+            acc, loss = float("nan"), float("nan")
+            if self.version % self.eval_every == 0 or last:
+                s = score(self.model, self.x_test, self.y_test)
+                acc, loss = s.accuracy, s.loss
+                result.update(final_accuracy=acc, final_loss=loss)
+            self.accuracy.append(acc)
             staleness = np.array([u.staleness for u in buffer])
             for name, value in (("round/version", self.version), ("round/virtual_time", now),
                                 ("round/wall_seconds", self.elapsed()), ("round/accuracy", acc),
