@@ -269,12 +269,13 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
     return p
 
 
-#: Flags whose default is the using class's own: (module, class, parameter) per user.
+#: Flags whose default is the using class's own: (module, class, parameter) per user, or
+#: (module, constant, None).
 _CLASS_DEFAULTS = {
     "server_lr": {"fedavgm": ("fdahpc.aggregate", "FedAvgM", "eta_s"), "fedadam": ("fdahpc.aggregate", "FedAdam", "eta_s"),
                   "fedbuff": ("fdahpc.semiasync.rules", "FedBuff", "server_lr")},
-    "sketch_rows": {"": ("fdahpc.sketch", "AmsSketch", "rows")},
-    "sketch_cols": {"": ("fdahpc.sketch", "AmsSketch", "cols")},
+    "sketch_rows": {"": ("fdahpc.options", "SKETCH_ROWS", None)},  # AmsSketch's, kept where importing it is cheap
+    "sketch_cols": {"": ("fdahpc.options", "SKETCH_COLS", None)},
 }
 
 
@@ -285,7 +286,8 @@ def _class_defaults(name: str) -> str:
 
     shown = []
     for user, (module, cls, param) in _CLASS_DEFAULTS[name].items():
-        value = inspect.signature(getattr(importlib.import_module(module), cls)).parameters[param].default
+        owner = getattr(importlib.import_module(module), cls)
+        value = owner if param is None else inspect.signature(owner).parameters[param].default
         shown.append(f"{user} {value}".strip())
     return ", ".join(shown)
 

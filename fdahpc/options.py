@@ -95,10 +95,15 @@ class SketchFDAOptions(FDAOptions):
             _require(0 <= self.sketch_eps < 1, f"--sketch-eps {self.sketch_eps}: must be in [0, 1), e.g. 0.04")
 
 
+#: :class:`fdahpc.sketch.AmsSketch`'s default shape, here so that the flags' help can show
+#: it without importing the sketch module (which imports Numba).
+SKETCH_ROWS, SKETCH_COLS = 5, 250
+
+
 @dataclass(frozen=True)
 class SketchShape:
     """The run's one AMS sketch (shared by SketchFDA and sketched FedAdp angles); None: the
-    sketch's own default (:class:`fdahpc.sketch.AmsSketch`)."""
+    sketch's own default (:class:`fdahpc.sketch.AmsSketch`: ``SKETCH_ROWS`` x ``SKETCH_COLS``)."""
 
     sketch_rows: int | None = None
     sketch_cols: int | None = None

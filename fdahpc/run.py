@@ -187,11 +187,13 @@ def mode_of(name: str) -> Mode:
     return importlib.import_module(MODES[name]).MODE
 
 
-def load_data(cfg, train_indices: Callable):
-    """The dataset of ``cfg``, with the training rows ``train_indices(labels)`` picks for this rank."""
+def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None):
+    """The dataset of ``cfg``, with the training rows ``train_indices(labels)`` picks for this
+    rank (and the test rows ``test_indices(labels)`` picks; all when None)."""
     from .data import load_dataset
 
-    return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, train_indices=train_indices)
+    return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, train_indices=train_indices,
+                        test_indices=test_indices)
 
 
 def new_model(cfg, data):

@@ -46,6 +46,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .options import SKETCH_COLS, SKETCH_ROWS
+
 __all__ = ["AmsSketch", "estimate_sq_norm", "hash_coefficients", "compile_kernels", "MERSENNE_P"]
 
 # Numba flags, in one place. No fastmath: scatter-adds do not vectorize, so it buys
@@ -326,7 +328,7 @@ class AmsSketch:
     threads at once.
     """
 
-    def __init__(self, dim: int, rows: int = 5, cols: int = 250, seed: int = 0):
+    def __init__(self, dim: int, rows: int = SKETCH_ROWS, cols: int = SKETCH_COLS, seed: int = 0):
         self.dim = _check_int("dim", dim, 1, MERSENNE_P - 1, fix=" (keys are indices mod p)")
         self.rows = _check_int("rows (--sketch-rows)", rows, 1, fix="; use 5 (the paper's l)")
         self.cols = _check_int("cols (--sketch-cols)", cols, 1, _MAX_COLS, fix=" (buckets are packed in 14 bits)")

@@ -168,6 +168,17 @@ def _make_mnist(folder: Path, n_train=12, n_test=5, gz=False, dotted=False) -> N
         _write_idx(folder / f"{split}-labels{sep}idx1-ubyte{suffix}", np.arange(n) % 10)
 
 
+@pytest.mark.parametrize("name", ["mnist", "mnist5k", "synthetic:100"])
+def test_test_indices_keep_test_rows_like_train_indices_keep_training_rows(tmp_path, name):
+    _make_mnist(tmp_path, gz=True)
+    full = load_dataset(name, str(tmp_path))
+    some = load_dataset(name, str(tmp_path), test_indices=lambda y: np.array([4, 0]))
+    none = load_dataset(name, str(tmp_path), test_indices=lambda y: y[:0])
+    assert np.array_equal(some.x_test, full.x_test[[4, 0]]) and np.array_equal(some.y_test, full.y_test[[4, 0]])
+    assert none.x_test.shape == (0, *full.x_test.shape[1:]) and len(none.y_test) == 0
+    assert np.array_equal(none.x_train, full.x_train)
+
+
 @pytest.mark.parametrize("gz", [False, True])
 def test_read_idx_plain_and_gz_with_row_selection(tmp_path, gz):
     path = tmp_path / ("x.idx" + (".gz" if gz else ""))

@@ -18,7 +18,7 @@ import gzip
 import os
 import pickle
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -64,9 +64,11 @@ class Dataset:
 
 
 def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
-                 train_indices: TrainIndices | None = None) -> Dataset:
+                 train_indices: TrainIndices | None = None, test_indices: TrainIndices | None = None) -> Dataset:
     """Load dataset ``name`` (one of `DATASETS`), keeping the training rows ``train_indices``
-    selects from the full training labels (all rows when None), in the order it returns.
+    selects from the full training labels (all rows when None), in the order it returns;
+    ``test_indices`` likewise for the test split (a rank that never evaluates keeps none).
+    MNIST and FashionMNIST read only the rows kept.
 
     ``data_dir`` is needed by mnist and cifar10, optional for fashion-mnist (defaults to
     `FASHION_MNIST_DIR`) and ignored by mnist5k and synthetic. ``seed`` only drives the
@@ -75,9 +77,14 @@ def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
     loaders = {"mnist5k": _load_mnist5k, "mnist": _load_mnist, "fashion-mnist": _load_fashion,
                "cifar10": _load_cifar10, "synthetic": _load_synthetic}
     base, size = check_dataset(name)
+    if base in ("mnist", "fashion-mnist"):
+        return loaders[base](data_dir, seed, train_indices, test_indices)
     if size is not None:
-        return _load_synthetic(data_dir, seed, train_indices, n_train=size)
-    return loaders[base](data_dir, seed, train_indices)
+        data = _load_synthetic(data_dir, seed, train_indices, n_train=size)
+    else:
+        data = loaders[base](data_dir, seed, train_indices)
+    rows = _select(test_indices, data.y_test, name)
+    return data if rows is None else replace(data, x_test=data.x_test[rows], y_test=data.y_test[rows])
 
 
 def check_dataset(name: str) -> tuple[str, int | None]:
@@ -212,7 +219,7 @@ def _find_idx(name: str, folders: list[Path], split: str, kind: str, ndim: int) 
                             "there or point --data-dir at the folder that holds them")
 
 
-def _load_idx_dataset(name: str, folder: Path, keep: TrainIndices | None) -> Dataset:
+def _load_idx_dataset(name: str, folder: Path, keep: TrainIndices | None, keep_test: TrainIndices | None) -> Dataset:
     raw = "MNIST" if name == "mnist" else "FashionMNIST"
     folders = [folder, folder / raw / "raw"]  # also torchvision's download layout
     paths = {(s, k): _find_idx(name, folders, s, k, 3 if k == "images" else 1)
@@ -224,21 +231,21 @@ def _load_idx_dataset(name: str, folder: Path, keep: TrainIndices | None) -> Dat
         if shape[0] != len(y):
             raise ValueError(f"{paths[s, 'images']}: {shape[0]} images but {len(y)} labels in "
                              f"{paths[s, 'labels']}; the files do not belong together")
-        rows = _select(keep, y, name) if s == "train" else None
+        rows = _select(keep if s == "train" else keep_test, y, name)
         images = read_idx(paths[s, "images"], 3, rows)
         split[s] = (_normalize(images[:, None], name), y if rows is None else y[rows])
     return Dataset(name, *split["train"], *split["t10k"], num_classes=_NUM_CLASSES)
 
 
-def _load_mnist(data_dir, seed, keep):
+def _load_mnist(data_dir, seed, keep, keep_test):
     if data_dir is None:
         raise ValueError("data_dir None: dataset 'mnist' is read from its IDX files; point "
                          "--data-dir at the folder holding train-images-idx3-ubyte[.gz]")
-    return _load_idx_dataset("mnist", Path(data_dir), keep)
+    return _load_idx_dataset("mnist", Path(data_dir), keep, keep_test)
 
 
-def _load_fashion(data_dir, seed, keep):
-    return _load_idx_dataset("fashion-mnist", Path(data_dir or FASHION_MNIST_DIR), keep)
+def _load_fashion(data_dir, seed, keep, keep_test):
+    return _load_idx_dataset("fashion-mnist", Path(data_dir or FASHION_MNIST_DIR), keep, keep_test)
 
 
 # ---------------------------------------------------------------------------- CIFAR-10

@@ -185,7 +185,7 @@ class SemiAsyncMode(Mode):
                                  f"samples (client {empty[0]}, ...); use fewer --clients or another partition")
             return np.concatenate([parts[c] for c in mine]) if mine else np.zeros(0, dtype=np.int64)
 
-        data = load_data(cfg, my_rows)
+        data = load_data(cfg, my_rows, None if comm.is_root else lambda labels: labels[:0])  # the server alone scores
         device = train_device(cfg, comm)
         model = new_model(cfg, data).to(device)  # initialized on the CPU: the same model on any device
         flat = FlatParams(model, buffers=True)
