@@ -39,8 +39,14 @@ KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "M
 
 
 def _version(module: str) -> str | None:
+    """The module's version; from its package metadata when the run has not imported it
+    (importing Numba only to ask would cost every rank its start-up)."""
     try:
-        return __import__(module).__version__
+        if module in sys.modules:
+            return sys.modules[module].__version__
+        from importlib.metadata import version
+
+        return version(module)
     except Exception:  # not installed, or a broken install: the record says so
         return None
 
