@@ -178,3 +178,38 @@ def test_bad_clients_per_round_is_one_line(capsys, flags, message):
     assert main(["--mode", "semiasync", "--clients", "6", *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("strategy", ["fedavg", "fedqs-avg"])
+def test_a_host_keeps_every_training_tensor_on_its_device(strategy):
+    """``--device``'s reach, on a machine without a GPU: "meta" stands in for the host's
+    GPU. Tensors there have shapes and no values, so a job on it runs forward, backward,
+    the clip and the step (the mode's optimizer, or FedQS's heavy ball) and fails at the
+    first number it reads back (the loss); a tensor that stayed on, or was made on, the CPU
+    anywhere before fails earlier with a device error instead. The same for FedQS's label
+    test on the client's probe rows."""
+    from fdahpc.comm import LocalCommunicator
+    from fdahpc.config import parse_args
+    from fdahpc.data import load_dataset, partition
+    from fdahpc.models import build_model
+    from fdahpc.params import FlatParams
+    from fdahpc.semiasync.client import Host
+    from fdahpc.semiasync.mode import _split, fedqs_params
+
+    cfg = parse_args(["--mode", "semiasync", "--strategy", strategy, "--dataset", "synthetic", "--model", "lenet5bn",
+                      "--clients", "4", "--tau", "2", "--clip-grad-norm", "20"])
+    data = load_dataset("synthetic")
+    parts = partition(data.y_train, 4, "iid", 0)
+    x, y = data.x_train[np.concatenate(parts[:2])], data.y_train[np.concatenate(parts[:2])]
+    fedqs = fedqs_params(cfg) if strategy.startswith("fedqs") else None
+    clients = _split(cfg, [0, 1], parts, x, y, fedqs is not None)
+    model = build_model("lenet5bn", 1, 28, 10).to("meta")
+    host = Host(LocalCommunicator(), model, FlatParams(model, buffers=True), clients, uploads="model", optimizer="sgd",
+                lr=0.1, weight_decay=0.0, seed=0, num_classes=10, num_clients=4, fedqs=fedqs, clip_grad_norm=20.0,
+                device="meta")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    with pytest.raises(RuntimeError, match="item\\(\\) cannot be called on meta tensors"):
+        host.train(host.clients[0], 0.1, 0.5)
+    if fedqs is not None:
+        with pytest.raises(RuntimeError, match="item\\(\\) cannot be called on meta tensors"):
+            host._label_test(host.clients[1].data)
