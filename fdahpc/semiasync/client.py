@@ -48,7 +48,7 @@ __all__ = ["ClientData", "Host"]
 log = logging.getLogger("fdahpc")
 SSBC = 3
 #: What a client carries from one job to the next (beside its batch stream): saved in checkpoints.
-_CLIENT_FIELDS = ("lr", "done_at", "f_i", "f_bar", "s_bar", "jobs", "delta")
+_CLIENT_FIELDS = ("lr", "done_at", "f_i", "f_bar", "s_bar", "jobs")
 
 
 @dataclass
@@ -75,7 +75,6 @@ class _Client:
     f_bar: float = 1.0
     s_bar: float = float("nan")
     jobs: int = 0
-    delta: torch.Tensor | np.ndarray | None = None  # FedQS: its last local update (parameters only), or its sketch
 
 
 class Host:
@@ -103,14 +102,21 @@ class Host:
         # A version is the model, for FedQS followed by Mod①'s reference over the parameters.
         self.version_len = flat.state.numel() + (flat.dim if fedqs is not None else 0)
         # --aggregate hosts: the host also keeps its clients' finished updates until a COMBINE
-        # names them; the two stores share the memory budget.
+        # names them; FedQS keeps each client's last update (parameters only, or its sketch)
+        # until its next job. The stores in use share the memory budget.
         self.host_sums = host_sums
-        budget = None if model_cache_gb is None else model_cache_gb / (2 if host_sums else 1)
+        shares = 1 + host_sums + (fedqs is not None)
+        budget = None if model_cache_gb is None else model_cache_gb / shares
         self.versions = ModelStore(capacity(budget, self.version_len), spill_dir, self._next_use,
                                    tag=f"rank{comm.rank}-versions-")
         self.results = ModelStore(capacity(budget, flat.state.numel()), spill_dir,
                                   lambda: {i: self.clients[i].done_at for i in self.results.keys() if i in self.clients},
                                   tag=f"rank{comm.rank}-updates-")
+        # A client's update is read at the start of its next job, which follows its last one's
+        # end: the client that finished first is taken to need it first.
+        self.deltas = ModelStore(capacity(budget, self.sketcher.rows * self.sketcher.cols if self.sketcher else flat.dim),
+                                 spill_dir, lambda: {i: self.clients[i].done_at for i in self.deltas.keys() if i in self.clients},
+                                 tag=f"rank{comm.rank}-fedqs-updates-")
         self.ready: list[tuple[float, int]] = []
         self.header = np.empty(down_header_len(num_clients))
         self.outbox = Outbox(comm)
@@ -178,19 +184,21 @@ class Host:
         return first
 
     # One local job ------------------------------------------------------------
-    def _decide(self, c: _Client):
-        """FedQS Mod① and Mod②: similarity (or the authors' angle) to the reference, then the type."""
-        if c.delta is None:
+    def _decide(self, i: int, c: _Client):
+        """FedQS Mod① and Mod②: similarity (or the authors' angle) of client i's last update
+        to the reference, then the type."""
+        if i not in self.deltas:  # no update yet
             return None, float("nan")
+        delta = self.deltas[i]
         ref = self.versions[c.start][self.flat.state.numel():]
         if self.fedqs.variant == "authors":
-            s_i = layer_angle(c.delta, ref, self.layers)
+            s_i = layer_angle(delta, ref, self.layers)
         elif self.sketcher is not None:
             if c.start not in self.ref_sketches:
                 self.ref_sketches[c.start] = self.sketcher.sketch(ref).astype(np.float32)
-            s_i = sketch_cosine(c.delta, self.ref_sketches[c.start])
+            s_i = sketch_cosine(delta.numpy().reshape(self.sketcher.rows, self.sketcher.cols), self.ref_sketches[c.start])
         else:
-            s_i = similarity(c.delta, ref, self.fedqs.similarity)
+            s_i = similarity(delta, ref, self.fedqs.similarity)
         s_bar = s_i if np.isnan(c.s_bar) else c.s_bar
         labels = None
         if classify(c.f_i, c.f_bar, s_i, s_bar, self.fedqs.variant) == SSBC:
@@ -229,7 +237,7 @@ class Host:
         self.flat.state.copy_(w_start)
         # Any randomness inside the model (dropout) depends on the client and job alone.
         torch.manual_seed(int(np.random.SeedSequence(self.seed, spawn_key=(0x5A, 9, i, c.jobs)).generate_state(1)[0]))
-        decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(c)
+        decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(i, c)
         lr = decision.lr if decision else c.lr
         momentum = decision.momentum if decision else 0.0
         loss = self.train(c, lr, momentum) / c.data.steps
@@ -238,9 +246,10 @@ class Host:
         payload = self.flat.state.to("cpu", copy=True)
         if self.fedqs is not None:
             c.lr = lr
-            c.delta = payload[: self.flat.dim] - w_start[: self.flat.dim]
-            if self.sketcher is not None:
-                c.delta = self.sketcher.sketch(c.delta).astype(np.float32)  # 5 KB with the default 5 x 250
+            delta = payload[: self.flat.dim] - w_start[: self.flat.dim]
+            if self.sketcher is not None:  # 5 KB with the default 5 x 250
+                delta = torch.from_numpy(self.sketcher.sketch(delta).astype(np.float32).ravel())
+            self.deltas.put(i, delta)
         if self.uploads == "update":  # Δ for the parameters; running statistics travel as values (rules.py)
             payload[: self.flat.dim].sub_(w_start[: self.flat.dim])
         header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,
@@ -268,13 +277,13 @@ class Host:
         try:
             self._serve(save)
         finally:
-            self.versions.close()
-            self.results.close()
+            for store in (self.versions, self.results, self.deltas):
+                store.close()
         if self.versions.spilled:
             log.debug("rank %d: %d versions written to %s and %d read back", self.comm.rank, self.versions.spilled,
                       self.versions.spill_dir, self.versions.loaded)
         bye = pack_up(UpKind.BYE, jobs=self.jobs_done, steps=self.steps_done, peak_rss=peak_rss_bytes(),
-                      held_peak=self.versions.peak + self.results.peak)
+                      held_peak=self.versions.peak + self.results.peak + (0 if self.sketcher else self.deltas.peak))
         self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
         self.outbox.drain()
         if self.diverged:
@@ -307,7 +316,9 @@ class Host:
                    for i, c in self.clients.items()}
         # --aggregate hosts: the finished updates the server has not combined yet live here.
         results = {i: self.results[i] for i in self.results.keys()}
-        return {"clients": clients, "jobs_done": self.jobs_done, "steps_done": self.steps_done, "results": results}
+        deltas = {i: self.deltas[i] for i in self.deltas.keys()}
+        return {"clients": clients, "jobs_done": self.jobs_done, "steps_done": self.steps_done, "results": results,
+                "fedqs_updates": deltas}
 
     def load_state_dict(self, state: dict) -> None:
         saved = state["clients"]
@@ -325,3 +336,6 @@ class Host:
         self.jobs_done, self.steps_done = int(state["jobs_done"]), int(state["steps_done"])
         for i, payload in state.get("results", {}).items():
             self.results.put(int(i), payload)
+        for i, delta in state.get("fedqs_updates", {}).items():
+            if int(i) in self.clients:
+                self.deltas.put(int(i), delta)
