@@ -39,6 +39,16 @@ def test_the_model_needed_furthest_goes_to_disk_and_comes_back_bit_for_bit(tmp_p
     assert not os.path.exists(folder)
 
 
+def test_a_key_put_again_replaces_its_spilled_copy(tmp_path):
+    store = _store(tmp_path, 1, {})
+    store.put(0, torch.zeros(10))
+    store.put(1, torch.ones(10))  # 0 to disk
+    store.put(0, torch.full((10,), 2.0))  # a client's newer update: the old file goes
+    assert sorted(store.disk) == [1] and sorted(os.listdir(store.folder)) == ["1.f32"] and len(store) == 2
+    assert torch.equal(store[0], torch.full((10,), 2.0))
+    store.close()
+
+
 def test_without_a_budget_nothing_is_written(tmp_path):
     store = _store(tmp_path, None, {})
     for v in range(50):

@@ -90,8 +90,8 @@ class Host:
         self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
         self.fedqs, self.num_classes, self.clip_grad_norm = fedqs, num_classes, clip_grad_norm
         self.layers = layer_bounds(model)  # the authors' per-layer angle
-        # --fedqs-sketch-similarity: one sketcher for the host; each client keeps the sketch
-        # of its last update, each version received the sketch of its global step.
+        # --fedqs-sketch-similarity: one sketcher for the host; a client's last update is kept
+        # as its sketch, each version received gets the sketch of its global step.
         self.sketcher = None
         if fedqs is not None and fedqs.sketch:
             from ..sketch import AmsSketch  # imports Numba: only this option needs it

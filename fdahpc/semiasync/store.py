@@ -93,7 +93,10 @@ class ModelStore:
         return [*self.memory, *self.disk]
 
     def put(self, v: int, w: torch.Tensor) -> None:
-        """Keep ``w`` under key ``v`` (taken, not copied)."""
+        """Keep ``w`` under key ``v`` (taken, not copied), in place of any earlier one."""
+        spilled = self.disk.pop(v, None)
+        if spilled is not None:
+            os.remove(spilled[0])
         self._make_room(keep=v)
         self.memory[v] = w
         self.peak = max(self.peak, len(self.memory))
