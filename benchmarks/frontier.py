@@ -28,6 +28,14 @@ setting or a Θ runs only what is new, and ``--resume`` with nothing new just re
 report.
 
     python benchmarks/frontier.py [--settings lenet5/iid@4,...] [--seeds 0] [--resume] [--dry-run]
+    python benchmarks/frontier.py --settings lenet5/classes:2@8/sgd:0.05     # every run with SGD 0.05
+    python benchmarks/frontier.py --settings lenet5/iid@4 --paper-baseline 0.05
+
+A setting's ``/OPTIMIZER:LR`` sets the local optimizer of every run (FDA and FedAvg alike);
+without it each strategy trains with its preset (Adam 1e-3 for FDA and FedAvg). The CSV
+records each point's optimizer, learning rate and seeds. ``--paper-baseline LR`` adds the
+FDA paper's own comparison, FedAvg with SGD at LR in 1-epoch rounds against FDA with Adam,
+as family ``fedavg-sgd``: reported on its own line, never counted as a FedAvg point.
 """
 
 from __future__ import annotations
@@ -57,7 +65,10 @@ MODELS = {
 }
 FEDAVG_EPOCHS = (0.25, 0.5, 1.0, 2.0)
 DEFAULT_SETTINGS = "lenet5/iid@4,lenet5/sorted:60@4,lenet5/iid@8=0.88,lenet5/sorted:60@8=0.88"
-FAMILIES = ("synchronous", "fedavg", "linearfda", "sketchfda")  # plot order
+FAMILIES = ("synchronous", "fedavg", "linearfda", "sketchfda", "fedavg-sgd")  # plot order
+#: ``--paper-baseline``: the FDA paper's own FedAvg (SGD clients, 1-epoch rounds) against FDA
+#: with the presets' Adam: reported apart, not counted as a like-for-like FedAvg point.
+PAPER = "fedavg-sgd"
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--no-auto", action="store_true", help="leave out the --theta auto runs")
     p.add_argument("--auto-epochs", default="1",
                    help="--theta-auto-epochs values for LinearFDA's auto runs (SketchFDA: the first only; default 1)")
+    p.add_argument("--paper-baseline", type=float, metavar="LR",
+                   help="also run the FDA paper's own comparison: FedAvg with SGD at LR in 1-epoch rounds, against "
+                        "FDA with its Adam (not like for like: reported apart, outside the domination count)")
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--resume", action="store_true", help="reuse finished runs (an unchanged sweep only rebuilds the report)")
     p.add_argument("--dry-run", action="store_true", help="check the flags and print the commands")
@@ -128,6 +142,8 @@ def parse(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     try:
         args.settings = [parse_setting(s) for s in args.settings.split(",") if s.strip()]
+        if args.paper_baseline is not None and any(s.optimizer for s in args.settings):
+            raise ValueError("--paper-baseline compares FDA's preset Adam with SGD FedAvg: leave /OPTIMIZER:LR out of --settings")
         args.fedavg_epochs = [float(x) for x in args.fedavg_epochs.split(",") if x.strip()]
         args.auto_epochs = [float(x) for x in args.auto_epochs.split(",") if x.strip()]
     except ValueError as exc:
@@ -144,6 +160,8 @@ def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
     """comm_cost's arguments for one setting: every family, trained to the highest target."""
     own = MODELS[setting.model]
     entries = ["synchronous", *(f"fedavg:local-epochs={e:g}" for e in args.fedavg_epochs), "linearfda", "sketchfda"]
+    if args.paper_baseline is not None:
+        entries.append(f"fedavg:local-epochs=1:optimizer=sgd:lr={args.paper_baseline:g}")
     if not args.no_auto:
         for i, w in enumerate(args.auto_epochs):
             flag = "" if w == 1 else f":theta-auto-epochs={w:g}"  # 1 is the default: the plain entry
@@ -170,11 +188,14 @@ def crossing(run: dict, target: float) -> tuple[int, float] | None:
 
 
 def family_of(row: dict) -> str:
-    return row["family"]
+    """comm_cost's family, but the FDA paper's SGD FedAvg (``--paper-baseline``) is its own."""
+    return PAPER if row["family"] == "fedavg" and ":optimizer=" in row["entry"] else row["family"]
 
 
 def knob_of(row: dict) -> str:
     """What distinguishes runs within a family: τ in epochs, Θ, or 'auto'."""
+    if family_of(row) == PAPER:
+        return f"1 ep, sgd {row['entry'].partition(':lr=')[2]}"
     if row["family"] == "fedavg":
         return row["entry"].partition("local-epochs=")[2] + " ep"
     if row["family"] in ("linearfda", "sketchfda"):
@@ -195,7 +216,7 @@ def points(setting: Setting, comm_rows: list[dict], targets: list[float]) -> lis
     by_config: dict[tuple, list[tuple[dict, dict]]] = {}
     for r in comm_rows:
         run = read_run(os.path.join(REPO_ROOT, r["run_file"]))
-        by_config.setdefault((r["family"], knob_of(r)), []).append((r, run))
+        by_config.setdefault((family_of(r), knob_of(r)), []).append((r, run))
 
     def local(run: dict) -> tuple[str, float, int]:
         """The run's local optimizer and learning rate as it trained (the flags or the preset) and its seed."""
@@ -278,6 +299,13 @@ def report(pts: list[dict]) -> list[str]:
             print_table(["FedAvg", "steps", "GB", "cheapest FDA in <= steps", "steps", "GB", "FedAvg GB / FDA GB"], rows)
             verdicts.append(f"{setting} @ {target:g}: FDA dominates {dominated} of {len(fedavg)} FedAvg points "
                             f"(<= steps and <= 1/2 the GB)")
+        for p in [p for p in ok if p["family"] == PAPER]:
+            q = cheapest_within(fda_all, p["steps"])
+            line = (f"the FDA paper's comparison (FedAvg with SGD, FDA with Adam; not like for like): {label(p)} "
+                    f"{p['steps']:.0f} steps {p['gb']:.4f} GB; cheapest FDA in <= its steps: "
+                    + (f"{label(q)} {q['gb']:.4f} GB ({p['gb'] / q['gb']:.2f}x fewer bytes)" if q else "none"))
+            print(f"\n{line[0].upper()}{line[1:]}")
+            verdicts.append(f"{setting} @ {target:g}: {line}")
         sync = next((p for p in g if p["family"] == "synchronous"), None)
         if sync is not None:
             q = cheapest_within(fda, sync["steps"]) if sync["reached"] else (min(fda, key=lambda p: p["gb"]) if fda else None)
@@ -309,7 +337,7 @@ def report(pts: list[dict]) -> list[str]:
 # The figure ---------------------------------------------------------------------------
 
 STYLE = {"synchronous": ("s", "black"), "fedavg": ("D", "tab:gray"), "linearfda": ("o", "tab:blue"),
-         "sketchfda": ("^", "tab:orange")}
+         "sketchfda": ("^", "tab:orange"), PAPER: ("P", "tab:red")}
 
 
 def plot(pts: list[dict], path: str) -> None:

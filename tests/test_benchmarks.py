@@ -201,10 +201,11 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
                     steps=steps, gb=gb, syncs=1, final_accuracy=0.9, seeds=1, reached_seeds=int(reached))
 
     pts = [pt("synchronous", "", 1000, 10.0), pt("fedavg", "1 ep", 1200, 0.02), pt("fedavg", "2 ep", 1500, 0.01),
+           pt("fedavg-sgd", "1 ep, sgd 0.05", 1450, 0.012),
            pt("linearfda", "Θ=4", 1100, 0.008), pt("linearfda", "Θ=16", 1400, 0.006), pt("linearfda", "Θ=64", 1600, 0.0055),
            pt("linearfda", "Θ=2", 900, 0.05), pt("linearfda", "auto (1 ep)", 1300, 0.009), pt("sketchfda", "Θ=8", 1000, 0.3, False)]
     assert [p["knob"] for p in frontier.pareto([p for p in pts if p["family"] == "linearfda"])] == ["Θ=2", "Θ=4", "Θ=16", "Θ=64"]  # auto: Θ=4 beats it in both
-    assert frontier.cheapest_within(pts[3:8], 1450)["knob"] == "Θ=16"
+    assert frontier.cheapest_within(pts[4:9], 1450)["knob"] == "Θ=16"
     verdicts = frontier.report(pts)
     text = capsys.readouterr().out
     # 1 ep (0.02 GB): Θ=4 in fewer steps at 0.008 -> 2.5x; 2 ep (0.01): Θ=16 at 0.006 -> 1.67x, not dominated
@@ -215,6 +216,9 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     # auto 0.009 GB at 1300 steps; cheapest tuned Θ=64 (0.0055) -> 1.64x; in <= 1300 steps: Θ=4 (0.008) -> 1.12x
     line = next(v for v in verdicts if "linearfda auto (1 ep)" in v)
     assert "1.64x its GB" in line and "Θ=4 0.0080 GB (1.12x)" in line
+    # the FDA paper's SGD FedAvg: reported apart (Θ=16 in <= 1450 steps: 0.012 / 0.006 = 2x), not counted above
+    paper = next(v for v in verdicts if "FDA paper's comparison" in v)
+    assert "fedavg-sgd 1 ep, sgd 0.05 1450 steps 0.0120 GB" in paper and "linearfda Θ=16 0.0060 GB (2.00x fewer bytes)" in paper
 
 
 def test_frontier_settings_carry_the_local_optimizer_into_every_run():
@@ -228,6 +232,15 @@ def test_frontier_settings_carry_the_local_optimizer_into_every_run():
     assert jobs and all(" ".join(j.flags).endswith("--optimizer sgd --lr 0.1") for j in jobs)
     plain = frontier.parse_setting("lenet5/iid@4")
     assert plain.flags() == [] and plain.folder == "lenet5-iid-k4"  # the folders earlier runs were made in
+    # --paper-baseline: one more FedAvg run, with SGD, its own family
+    args = frontier.parse(["--settings", "lenet5/iid@4", "--paper-baseline", "0.05"])
+    jobs = frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))
+    sgd = [j for j in jobs if "--optimizer" in j.flags]
+    assert len(sgd) == 1 and "--local-epochs 1 --optimizer sgd --lr 0.05" in " ".join(sgd[0].flags)
+    row = dict(family="fedavg", entry="fedavg:local-epochs=1:optimizer=sgd:lr=0.05", theta="")
+    assert (frontier.family_of(row), frontier.knob_of(row)) == ("fedavg-sgd", "1 ep, sgd 0.05")
+    with pytest.raises(SystemExit):
+        frontier.parse(["--settings", "lenet5/iid@4/sgd:0.1", "--paper-baseline", "0.05"])
     for bad, message in [("lenet5/iid@4/sgd", "OPTIMIZER:LR"), ("lenet5/iid@4/rmsprop:0.1", "optimizer 'rmsprop' unknown"),
                          ("lenet5/iid@4/sgd:fast", "learning rate 'fast'")]:
         with pytest.raises(ValueError, match=message):
