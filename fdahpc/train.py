@@ -34,8 +34,9 @@ def _limit_threads(n: int) -> None:
     import torch
 
     torch.set_num_threads(n)
-    cap = os.environ.get("NUMBA_NUM_THREADS")
-    os.environ["NUMBA_NUM_THREADS"] = str(min(n, int(cap)) if cap and cap.isdigit() else n)
+    cap = os.environ.get("NUMBA_NUM_THREADS")  # Numba's own default: the cores
+    limit = int(cap) if cap and cap.isdigit() else (os.cpu_count() or 1)
+    os.environ["NUMBA_NUM_THREADS"] = str(max(1, min(n, limit)))
     if "numba" in sys.modules:
         sys.modules["numba"].set_num_threads(int(os.environ["NUMBA_NUM_THREADS"]))
 
