@@ -89,7 +89,8 @@ def per_client_bytes(args, n: int) -> dict[str, float]:
     }
     if fedqs:
         sketch = "--fedqs-sketch-similarity" in args.extra
-        out["FedQS last update" + (" (5x250 sketch)" if sketch else " (float32)")] = 5 * 250 * 4 if sketch else 4 * dim
+        out["FedQS last update" + (" (5x250 sketch)" if sketch else " (float32; memory up to the cache, then disk)")] = \
+            5 * 250 * 4 if sketch else 4 * dim
         out["FedQS label-test rows"] = sum(c.probe.nbytes for c in clients.values() if c.probe is not None) / k
     out["server (clock with every client's job, counts, similarity, host)"] = server_bytes(n, cfg) / n
     return out
@@ -137,7 +138,8 @@ def main(argv=None) -> int:
                  + (f", {args.extra}" if args.extra else ""),
                  ["N", "rounds", "peak RSS GB (all ranks)", "per rank (0 = server)", "models held (per rank)", "wall s"],
                  rows, "peak RSS: each rank's own maximum, summed; models held: the most models a rank kept in memory "
-                 "at once (server: updates that came early; hosts: global versions of pending jobs).")
+                 "at once (server: updates that came early; hosts: global versions of pending jobs, and the FedQS clients' last "
+                 "updates when kept in full).")
     if len(sizes) > 1:
         a, b = sizes[0], sizes[-1]
         print(f"\nmarginal memory per client (N = {a} -> {b}): {(totals[b] - totals[a]) / (b - a) / 1024:.1f} KB")
