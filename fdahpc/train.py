@@ -34,11 +34,13 @@ def _limit_threads(n: int) -> None:
     import torch
 
     torch.set_num_threads(n)
-    cap = os.environ.get("NUMBA_NUM_THREADS")  # Numba's own default: the cores
-    limit = int(cap) if cap and cap.isdigit() else (os.cpu_count() or 1)
-    os.environ["NUMBA_NUM_THREADS"] = str(max(1, min(n, limit)))
-    if "numba" in sys.modules:
-        sys.modules["numba"].set_num_threads(int(os.environ["NUMBA_NUM_THREADS"]))
+    numba = sys.modules.get("numba")
+    if numba is not None:  # imported already (an own-loop caller, a test): its pool is sized
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    else:  # Numba reads it when first imported, and again at every compilation: set it once, before
+        cap = os.environ.get("NUMBA_NUM_THREADS")  # Numba's own default: the cores
+        limit = int(cap) if cap and cap.isdigit() else (os.cpu_count() or 1)
+        os.environ["NUMBA_NUM_THREADS"] = str(max(1, min(n, limit)))
 
 
 def main(argv: list[str] | None = None) -> int:
