@@ -228,10 +228,11 @@ def points(setting: Setting, comm_rows: list[dict], targets: list[float]) -> lis
         for (family, knob), runs in by_config.items():
             hits = [c for c in (crossing(run, target) for _, run in runs) if c is not None]
             reached = len(hits) * 2 > len(runs)
-            optimizer, lr, _ = local(runs[0][1])
+            trained = [local(run) for _, run in runs]  # (optimizer, lr, seed) of each run
+            optimizer, lr = trained[0][:2]
             out.append(dict(
                 setting=setting.name, model=setting.model, partition=setting.partition, workers=setting.workers,
-                optimizer=optimizer, lr=lr, seed=";".join(str(local(run)[2]) for _, run in runs), target=target, family=family, knob=knob, auto=knob.startswith("auto"), seeds=len(runs), reached_seeds=len(hits),
+                optimizer=optimizer, lr=lr, seed=";".join(str(seed) for _, _, seed in trained), target=target, family=family, knob=knob, auto=knob.startswith("auto"), seeds=len(runs), reached_seeds=len(hits),
                 reached=reached,
                 steps=median(s for s, _ in hits) if reached else median(float(run["steps"]) for _, run in runs),
                 gb=median(g for _, g in hits) if reached else median(float(run["comm_bytes"]) / 1e9 for _, run in runs),

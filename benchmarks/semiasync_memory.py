@@ -92,11 +92,11 @@ def per_client_bytes(args, n: int) -> dict[str, float]:
         out["FedQS last update" + (" (5x250 sketch)" if sketch else " (float32; memory up to the cache, then disk)")] = \
             5 * 250 * 4 if sketch else 4 * dim
         out["FedQS label-test rows"] = sum(c.probe.nbytes for c in clients.values() if c.probe is not None) / k
-    out["server (clock with every client's job, counts, similarity, host)"] = server_bytes(n, cfg) / n
+    out["server (clock with every client's job, counts, similarity, host)"] = server_bytes(n, cfg, args.ranks) / n
     return out
 
 
-def server_bytes(n: int, cfg) -> int:
+def server_bytes(n: int, cfg, ranks: int) -> int:
     """The server's per-client structures for ``n`` clients, measured with tracemalloc:
     the virtual clock with one job of every client in its heap (every client trains at
     once), the aggregation counts, the similarities, the client-to-host map."""
@@ -107,12 +107,14 @@ def server_bytes(n: int, cfg) -> int:
     from fdahpc.semiasync.clock import VirtualClock
     from fdahpc.semiasync.mode import host_of
 
+    warm = VirtualClock(2, cfg.speed_ratio, cfg.seed)  # one-off allocations (generators, caches) before tracing
+    warm.start(0, 0)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     clock = VirtualClock(n, cfg.speed_ratio, cfg.seed)
     for c in clock.starters(None, 0):
         clock.start(c, 0)
-    held = (clock, np.zeros(n, dtype=np.int64), np.full(n, np.nan), host_of(n, 4))
+    held = (clock, np.zeros(n, dtype=np.int64), np.full(n, np.nan), host_of(n, ranks))
     used = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     del held

@@ -110,12 +110,12 @@ class Host:
         self.versions = ModelStore(capacity(budget, self.version_len), spill_dir, self._next_use,
                                    tag=f"rank{comm.rank}-versions-")
         self.results = ModelStore(capacity(budget, flat.state.numel()), spill_dir,
-                                  lambda: {i: self.clients[i].done_at for i in self.results.keys() if i in self.clients},
+                                  lambda: self._done_at(self.results),
                                   tag=f"rank{comm.rank}-updates-")
         # A client's update is read at the start of its next job, which follows its last one's
         # end: the client that finished first is taken to need it first.
         self.deltas = ModelStore(capacity(budget, self.sketcher.rows * self.sketcher.cols if self.sketcher else flat.dim),
-                                 spill_dir, lambda: {i: self.clients[i].done_at for i in self.deltas.keys() if i in self.clients},
+                                 spill_dir, lambda: self._done_at(self.deltas),
                                  tag=f"rank{comm.rank}-fedqs-updates-")
         self.ready: list[tuple[float, int]] = []
         self.header = np.empty(down_header_len(num_clients))
@@ -174,6 +174,12 @@ class Host:
         for v in [v for v in self.versions.keys() if v not in used]:
             self.versions.discard(v)
             self.ref_sketches.pop(v, None)
+
+    def _done_at(self, store: ModelStore) -> dict[int, float]:
+        """Client → end of its last job, for the clients with a vector in ``store``: the
+        finished updates wait for a COMBINE, the FedQS updates for the next job; either way
+        the client that finished first is needed first."""
+        return {i: self.clients[i].done_at for i in store.keys() if i in self.clients}
 
     def _next_use(self) -> dict[int, float]:
         """Version → virtual time of the earliest pending job that starts from it."""

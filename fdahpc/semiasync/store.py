@@ -94,9 +94,7 @@ class ModelStore:
 
     def put(self, v: int, w: torch.Tensor) -> None:
         """Keep ``w`` under key ``v`` (taken, not copied), in place of any earlier one."""
-        spilled = self.disk.pop(v, None)
-        if spilled is not None:
-            os.remove(spilled[0])
+        self._unspill(v)
         self._make_room(keep=v)
         self.memory[v] = w
         self.peak = max(self.peak, len(self.memory))
@@ -119,6 +117,10 @@ class ModelStore:
 
     def discard(self, v: int) -> None:
         self.memory.pop(v, None)
+        self._unspill(v)
+
+    def _unspill(self, v: int) -> None:
+        """Forget ``v``'s copy on disk, if it has one."""
         spilled = self.disk.pop(v, None)
         if spilled is not None:
             os.remove(spilled[0])
