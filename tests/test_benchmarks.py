@@ -290,3 +290,15 @@ def test_peers_reads_the_round_lines_of_fdahpc_and_of_the_bare_loop(tmp_path):
         r = peers.measure(cmds[way], 2, timeout=300)
         assert len(r["accuracy"]) == 2 and all(0.05 < a < 1 for a in r["accuracy"]), way
         assert r["per_round"] > 0 and r["peak_gb"] > 0.05, way
+
+
+def test_fda_rounds_reads_each_rounds_end_from_the_series():
+    import fda_rounds
+
+    run = {"sync/step": np.array([3, 7]), "fda/step": np.array([4, 5, 6, 7]),
+           "fda/h": np.array([1.0, 2.0, 3.0, 4.0]), "fda/variance": np.array([0.5, 1.0, 1.5, 2.5])}
+    # round 1 (steps 1-3) was not monitored (a calibration round); round 2 ends at step 7: H 4, Var 2.5
+    assert fda_rounds.rounds(run) == [dict(first=1, last=3, length=3),
+                                      dict(first=4, last=7, length=4, step=7, var=2.5, h=4.0)]
+    del run["fda/variance"]  # a run made without --log-variance: the lengths only
+    assert fda_rounds.rounds(run)[1] == dict(first=4, last=7, length=4)
