@@ -130,7 +130,7 @@ def read_rows(path: str) -> dict[tuple[str, int], dict]:
 
 
 def write_rows(path: str, rows: dict[tuple[str, int], dict], order: dict[str, int]) -> None:
-    """Every row, this call's and earlier calls' alike, by seed and then in the order of ``--methods``."""
+    """Every row, this call's and earlier calls' alike, by seed and then in ``order`` (method: rank)."""
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
@@ -150,7 +150,9 @@ def main(argv=None) -> int:
     methods, seeds = args.methods.split(","), [int(s) for s in args.seeds.split(",")]
     os.makedirs(args.out_dir, exist_ok=True)
     done = read_rows(args.csv) if args.reuse and args.csv else {}
-    order = {m: i for i, m in enumerate(methods)}
+    # the CSV's rows keep their order (a resumed grid run with a subset of --methods does not
+    # reshuffle the file); methods new to it follow in the order of --methods
+    order = {m: i for i, m in enumerate(dict.fromkeys([m for m, _ in done] + methods))}
     for seed in seeds:
         for method in methods:
             if (method, seed) in done:
