@@ -42,8 +42,9 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def rounds(run: dict) -> list[dict]:
-    """One entry per round that ended in a synchronization; with the run's variance series
-    (``--log-variance``) also Var and H at the round's last monitored step."""
+    """One entry per round that ended in a synchronization; for a monitored round also the
+    trigger's estimate H at its last monitored step, and with the run's variance series
+    (``--log-variance``) the exact variance Var there."""
     syncs = np.asarray(run.get("sync/step", []), dtype=np.int64)
     step, h = np.asarray(run.get("fda/step", [])), np.asarray(run.get("fda/h", []))
     var = np.asarray(run["fda/variance"]) if "fda/variance" in run else None  # only with --log-variance
@@ -51,9 +52,9 @@ def rounds(run: dict) -> list[dict]:
     for end in syncs:
         inside = (step > start) & (step <= end)
         row = dict(first=start + 1, last=int(end), length=int(end - start))
-        if var is not None and inside.any():
+        if inside.any():
             k = np.flatnonzero(inside)[-1]
-            row.update(step=int(step[k]), var=float(var[k]), h=float(h[k]))
+            row.update(step=int(step[k]), h=float(h[k]), **({"var": float(var[k])} if var is not None else {}))
         out.append(row)
         start = int(end)
     return out
@@ -65,10 +66,15 @@ def report(path: str) -> None:
     if "fda_auto/theta" in run:
         print(f"--theta auto: Θ = {float(run['fda_auto/theta'][0]):.4g} after a calibration round of "
               f"{int(run['fda_auto/calibration_steps'][0])} steps")
-    rows = [[r["first"], r["last"], r["length"]] + ([f"{r['var']:.4g}", f"{r['h']:.4g}", f"{r['h'] / r['var']:.2f}"]
-                                                   if "var" in r and r["var"] > 0 else ["", "", ""])
+    rows = [[r["first"], r["last"], r["length"], f"{r['h']:.4g}" if "h" in r else "",
+             f"{r['var']:.4g}" if "var" in r else "", f"{r['h'] / r['var']:.2f}" if r.get("var", 0) > 0 else ""]
             for r in rounds(run)]
-    print_table(["first step", "last step", "length", "Var at its end", "H at its end", "H / Var"], rows)
+    print_table(["first step", "last step", "length", "H at its end", "Var at its end", "H / Var"], rows)
+    step, h = run.get("fda/step"), run.get("fda/h")
+    last = int(run["sync/step"][-1]) if len(run.get("sync/step", [])) else 0
+    if step is not None and len(step) and step[-1] > last:  # the run ended inside a round
+        print(f"unfinished last round: steps {last + 1}-{int(step[-1])} ({int(step[-1]) - last}), "
+              f"H at the run's end {float(h[-1]):.4g}, its largest {float(h[step > last].max()):.4g}")
     acc = run.get("eval/accuracy")
     print(f"final accuracy {float(acc[-1]):.4f}, {len(rows)} synchronizations\n" if acc is not None and len(acc) else "")
 

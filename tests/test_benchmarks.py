@@ -301,4 +301,4 @@ def test_fda_rounds_reads_each_rounds_end_from_the_series():
     assert fda_rounds.rounds(run) == [dict(first=1, last=3, length=3),
                                       dict(first=4, last=7, length=4, step=7, var=2.5, h=4.0)]
     del run["fda/variance"]  # a run made without --log-variance: the lengths only
-    assert fda_rounds.rounds(run)[1] == dict(first=4, last=7, length=4)
+    assert fda_rounds.rounds(run)[1] == dict(first=4, last=7, length=4, step=7, h=4.0)
