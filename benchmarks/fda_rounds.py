@@ -8,9 +8,10 @@ With ``--train`` it runs ``fdahpc.train`` on ``--ranks`` ranks with those flags 
 ``--log-variance`` (one extra full AllReduce a step, counted as evaluation: the run's
 training bytes are unchanged) unless ``--out`` exists already. For every run file it prints
 one line per round: its first and last step, its length, and at its last monitored step the
-exact model variance Var, the trigger's estimate H and their ratio; for ``--theta auto`` the
-calibrated Θ and the calibration round's length. This is how ``--theta auto`` was diagnosed
-(README, "Choosing Θ").
+trigger's estimate H, the exact model variance Var (``--log-variance`` runs) and H/Var; for
+``--theta auto`` the calibrated Θ and the calibration round's length; for a run that ended
+inside a round, that round's H. This is how ``--theta auto`` was diagnosed (README, the
+paragraph after the frontier table; ``benchmarks/fda_rounds.txt``).
 """
 
 from __future__ import annotations
