@@ -29,7 +29,7 @@ from _common import print_table, read_run, run_train
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="*", help="run files (Var and H columns only for runs made with --log-variance)")
+    p.add_argument("runs", nargs="*", help="run files (the Var column only for runs made with --log-variance)")
     p.add_argument("--train", help="fdahpc.train flags of a run to make first (with --out and --ranks)")
     p.add_argument("--out", help="the run file --train writes (kept: an existing one is read, not rerun)")
     p.add_argument("--ranks", type=int, default=4)
@@ -43,21 +43,26 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def rounds(run: dict) -> list[dict]:
-    """One entry per round that ended in a synchronization; for a monitored round also the
-    trigger's estimate H at its last monitored step, and with the run's variance series
-    (``--log-variance``) the exact variance Var there."""
+    """One entry per round: those that ended in a synchronization and, where the run ended
+    inside a round, that one (``synced`` False). For a monitored round also the trigger's
+    estimate H at its last monitored step and the round's largest H, and with the run's
+    variance series (``--log-variance``) the exact variance Var there."""
     syncs = np.asarray(run.get("sync/step", []), dtype=np.int64)
     step, h = np.asarray(run.get("fda/step", [])), np.asarray(run.get("fda/h", []))
     var = np.asarray(run["fda/variance"]) if "fda/variance" in run else None  # only with --log-variance
+    ends = [(int(e), True) for e in syncs]
+    if len(step) and step[-1] > (ends[-1][0] if ends else 0):
+        ends.append((int(step[-1]), False))
     out, start = [], 0
-    for end in syncs:
+    for end, synced in ends:
         inside = (step > start) & (step <= end)
-        row = dict(first=start + 1, last=int(end), length=int(end - start))
+        row = dict(first=start + 1, last=end, length=end - start, synced=synced)
         if inside.any():
             k = np.flatnonzero(inside)[-1]
-            row.update(step=int(step[k]), h=float(h[k]), **({"var": float(var[k])} if var is not None else {}))
+            row.update(step=int(step[k]), h=float(h[k]), h_max=float(h[inside].max()),
+                       **({"var": float(var[k])} if var is not None else {}))
         out.append(row)
-        start = int(end)
+        start = end
     return out
 
 
@@ -67,17 +72,17 @@ def report(path: str) -> None:
     if "fda_auto/theta" in run:
         print(f"--theta auto: Θ = {float(run['fda_auto/theta'][0]):.4g} after a calibration round of "
               f"{int(run['fda_auto/calibration_steps'][0])} steps")
+    done = rounds(run)
+    synced = [r for r in done if r["synced"]]
     rows = [[r["first"], r["last"], r["length"], f"{r['h']:.4g}" if "h" in r else "",
              f"{r['var']:.4g}" if "var" in r else "", f"{r['h'] / r['var']:.2f}" if r.get("var", 0) > 0 else ""]
-            for r in rounds(run)]
+            for r in synced]
     print_table(["first step", "last step", "length", "H at its end", "Var at its end", "H / Var"], rows)
-    step, h = run.get("fda/step"), run.get("fda/h")
-    last = int(run["sync/step"][-1]) if len(run.get("sync/step", [])) else 0
-    if step is not None and len(step) and step[-1] > last:  # the run ended inside a round
-        print(f"unfinished last round: steps {last + 1}-{int(step[-1])} ({int(step[-1]) - last}), "
-              f"H at the run's end {float(h[-1]):.4g}, its largest {float(h[step > last].max()):.4g}")
+    for r in done[len(synced):]:  # the run ended inside this round
+        print(f"unfinished last round: steps {r['first']}-{r['last']} ({r['length']}), "
+              f"H at the run's end {r['h']:.4g}, its largest {r['h_max']:.4g}")
     acc = run.get("eval/accuracy")
-    print(f"final accuracy {float(acc[-1]):.4f}, {len(rows)} synchronizations\n" if acc is not None and len(acc) else "")
+    print(f"final accuracy {float(acc[-1]):.4f}, {len(synced)} synchronizations\n" if acc is not None and len(acc) else "")
 
 
 def main(argv=None) -> int:

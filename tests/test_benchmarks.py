@@ -298,7 +298,10 @@ def test_fda_rounds_reads_each_rounds_end_from_the_series():
     run = {"sync/step": np.array([3, 7]), "fda/step": np.array([4, 5, 6, 7]),
            "fda/h": np.array([1.0, 2.0, 3.0, 4.0]), "fda/variance": np.array([0.5, 1.0, 1.5, 2.5])}
     # round 1 (steps 1-3) was not monitored (a calibration round); round 2 ends at step 7: H 4, Var 2.5
-    assert fda_rounds.rounds(run) == [dict(first=1, last=3, length=3),
-                                      dict(first=4, last=7, length=4, step=7, var=2.5, h=4.0)]
-    del run["fda/variance"]  # a run made without --log-variance: the lengths only
-    assert fda_rounds.rounds(run)[1] == dict(first=4, last=7, length=4, step=7, h=4.0)
+    assert fda_rounds.rounds(run) == [dict(first=1, last=3, length=3, synced=True),
+                                      dict(first=4, last=7, length=4, synced=True, step=7, var=2.5, h=4.0, h_max=4.0)]
+    del run["fda/variance"]  # a run made without --log-variance: no Var
+    assert fda_rounds.rounds(run)[1] == dict(first=4, last=7, length=4, synced=True, step=7, h=4.0, h_max=4.0)
+    # a run that ends inside a round: that round comes last, unsynced, with its largest H
+    run.update({"fda/step": np.array([4, 5, 6, 7, 8, 9]), "fda/h": np.array([1.0, 2.0, 3.0, 4.0, 6.0, 5.0])})
+    assert fda_rounds.rounds(run)[2] == dict(first=8, last=9, length=2, synced=False, step=9, h=5.0, h_max=6.0)
