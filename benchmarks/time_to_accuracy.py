@@ -104,6 +104,7 @@ def main(argv=None) -> int:
         runs = [r for r in csv.DictReader(fh) if r["reached"] == "True"]
     params: dict[str, int] = {}
     by_case: dict[tuple[str, str], list[dict]] = {}
+    summary: list[str] = []
     for r in runs:
         by_case.setdefault((r["setting"], r["target"]), []).append(r)
     for (setting, target), rows in by_case.items():
@@ -118,15 +119,19 @@ def main(argv=None) -> int:
                 if r["family"] not in best or t < best[r["family"]][0]:
                     best[r["family"]] = (t, r, syncs)
             order = sorted(best.items(), key=lambda kv: kv[1][0])
-            (win, (t_win, r_win, _)), (second, (t_second, _, _)) = order[0], order[1]
+            win, (t_win, _, _) = order[0]
+            lead = (f"fastest, {order[1][1][0] / t_win:.2f}x ahead of {order[1][0]}" if len(order) > 1
+                    else "fastest (the only family that reached the target)")
             for family, (t, r, syncs) in sorted(best.items()):
                 name = f"{family} {r['knob'] or ''}{' auto' if r['auto'] == 'True' else ''}".strip()
                 table.append([fabric, name, r["steps"], syncs, f"{t:.1f}",
-                              f"fastest, {t_second / t_win:.2f}x ahead of {second}" if family == win else
-                              f"{t / t_win:.2f}x the fastest"])
+                              lead if family == win else f"{t / t_win:.2f}x the fastest"])
+            summary.append(f"  {setting} @ {target}, {fabric}: {win} fastest"
+                           + (f", {order[1][1][0] / t_win:.2f}x ahead of {order[1][0]}" if len(order) > 1 else " (alone)"))
         print_report(f"{setting}, target {target}: modelled wall time to the target (K ranks, d = {d:,})",
                      ["fabric", "family's fastest run", "steps", "model syncs", "seconds", ""], table,
                      "model syncs: model AllReduces to the target, from the run's measured bytes; seconds: modelled")
+    print("Fastest family per setting, target and fabric:\n" + "\n".join(summary))
     fab = "; ".join(f"{name}: {f.gbps:g} Gb/s, α = {f.latency_us:g} µs" for name, f in FABRICS.items())
     print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
     return 0

@@ -266,6 +266,25 @@ def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
                               + T(4, k, "cross-site-1g"))
 
 
+def test_time_to_accuracy_names_the_fastest_family_even_when_it_is_the_only_one(tmp_path, capsys):
+    """A target only one family reached is reported as that family's, not a crash."""
+    import time_to_accuracy as tta
+
+    scaling = tmp_path / "scaling.csv"
+    scaling.write_text("model,strategy,part,compute_seconds\nlenet5,synchronous,projected,0.004\n"
+                       "lenet5,fedavg,projected,0.004\n")
+    head = "setting,model,workers,target,family,knob,auto,reached,steps,gb,run_files\n"
+    d = tta.model_params("lenet5")
+    sync_gb = 600 * 2 * 8 * 4 * d / 1e9
+    frontier = tmp_path / "frontier.csv"
+    frontier.write_text(head + f"s,lenet5,8,0.85,synchronous,,False,True,600,{sync_gb},x\n"
+                        f"s,lenet5,8,0.85,fedavg,1 ep,False,False,6000,0.01,y\n")
+    assert tta.main(["--frontier", str(frontier), "--scaling", str(scaling)]) == 0
+    out = capsys.readouterr().out
+    assert "synchronous fastest (alone)" in out and "fedavg" not in out.split("Fastest family")[1]
+    assert " 600 " in out  # the recovered model syncs: one per step
+
+
 def test_semiasync_aggregate_projection_is_the_stated_model():
     import semiasync_aggregate as sa
 
