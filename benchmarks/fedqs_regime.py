@@ -63,19 +63,25 @@ def semiasync_argv(args, partition: str) -> list[str]:
     return flags + ([] if args.no_reuse else ["--reuse"])
 
 
+#: FedQS with one mechanism switched off, each against the full method it comes from
+#: (``--methods`` runs them; the table lists every one that has rows).
+ABLATIONS = {f"{full}:{off}": full
+             for full in ("fedqs-avg", "fedqs-avg:fedqs-variant=authors", "fedqs-sgd", "fedqs-sgd:fedqs-variant=authors")
+             for off in ("fedqs-no-feedback", "fedqs-no-momentum") if not (off == "fedqs-no-momentum" and "authors" in full)}
+
 #: The rule each method is compared with (its baseline) in the table: model-averaging rules
-#: against FedAvg, update-averaging ones against FedSGD.
+#: against FedAvg, update-averaging ones against FedSGD, an ablation against its full method.
 BASELINE = {m: ("fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg") for m in METHODS
-            if m not in ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "sync-fedavg")}
+            if m not in ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "sync-fedavg")} | ABLATIONS
 
 
-def table(partition: str, methods: list[str]) -> list[str]:
+def table(partition: str, methods: list[str], csv_dir: str = os.path.join(REPO_ROOT, "benchmarks")) -> list[str]:
     """The README's markdown table of one partition's CSV: every method's convergence
     accuracy per seed, mean ± sd over the seeds it has, and its difference to its baseline
     on the seeds both have."""
     import statistics
 
-    rows = semiasync.read_rows(os.path.join(REPO_ROOT, "benchmarks", f"fedqs_regime_{partition.replace(':', '')}.csv"))
+    rows = semiasync.read_rows(os.path.join(csv_dir, f"fedqs_regime_{partition.replace(':', '')}.csv"))
     seeds = sorted({s for _, s in rows})
     out = [f"| {partition} | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± sd | − baseline (same seeds) "
            "| rounds to 95 % | oscillations |", "|---" * (len(seeds) + 5) + "|"]
@@ -88,7 +94,7 @@ def table(partition: str, methods: list[str]) -> list[str]:
         base = BASELINE.get(m)
         both = [s for s in mine if base and (base, s) in rows]
         diff = (f"{100 * statistics.fmean(mine[s]['convergence_accuracy'] - rows[base, s]['convergence_accuracy'] for s in both):+.2f}"
-                f" ({len(both)})") if both else ""
+                f" vs {base} ({len(both)})") if both else ""
         out.append(f"| {m} | " + " | ".join(f"{100 * mine[s]['convergence_accuracy']:.2f}" if s in mine else "–"
                                            for s in seeds)
                    + f" | {spread} | {diff} | {statistics.fmean(r['rounds_to_95pct'] for r in mine.values()):.0f}"
@@ -100,7 +106,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     for partition in args.partitions.split(","):
         if args.table:
-            print("\n".join(table(partition, args.methods.split(","))) + "\n")
+            print("\n".join(table(partition, args.methods.split(",") + list(ABLATIONS))) + "\n")
         else:
             semiasync.main(semiasync_argv(args, partition))
     return 0
