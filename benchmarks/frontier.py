@@ -31,6 +31,16 @@ report.
     python benchmarks/frontier.py --settings lenet5/classes:2@8/sgd:0.05     # every run with SGD 0.05
     python benchmarks/frontier.py --settings lenet5/iid@4 --paper-baseline 0.05
 
+Run files live in ``--workdir`` and are not kept between machines; the CSV is what lasts.
+``--merge CSV[,CSV...]`` starts from the points of earlier CSVs (this script's own ``--out``
+ones) and lets this invocation's runs add to them or replace the same (setting, family,
+knob, target): the report, figure and CSV then cover every setting ever run, and
+``--merge`` with no ``--settings`` runs nothing and only rebuilds them. ``--only`` runs part
+of a setting's families (``synchronous,fedavg,linearfda,sketchfda,auto,paper``), e.g. the
+paper's baseline alone beside points already in a merged CSV:
+
+    python benchmarks/frontier.py --settings lenet5/iid@4 --paper-baseline 0.1 --only paper --merge benchmarks/frontier.csv
+
 A setting's ``/OPTIMIZER:LR`` sets the local optimizer of every run (FDA and FedAvg alike);
 without it each strategy trains with its preset (Adam 1e-3 for FDA and FedAvg). The CSV
 records each point's optimizer, learning rate and seeds. ``--paper-baseline LR`` adds the
@@ -66,6 +76,9 @@ MODELS = {
 FEDAVG_EPOCHS = (0.25, 0.5, 1.0, 2.0)
 DEFAULT_SETTINGS = "lenet5/iid@4,lenet5/sorted:60@4,lenet5/iid@8=0.88,lenet5/sorted:60@8=0.88"
 FAMILIES = ("synchronous", "fedavg", "linearfda", "sketchfda", "fedavg-sgd")  # plot order
+#: ``--only``'s names: the families of a setting's runs (``auto``: FDA with ``--theta auto``;
+#: ``paper``: ``--paper-baseline``'s FedAvg).
+ONLY = ("synchronous", "fedavg", "linearfda", "sketchfda", "auto", "paper")
 #: ``--paper-baseline``: the FDA paper's own FedAvg (SGD clients, 1-epoch rounds) against FDA
 #: with the presets' Adam: reported apart, not counted as a like-for-like FedAvg point.
 PAPER = "fedavg-sgd"
@@ -119,8 +132,9 @@ def parse_setting(text: str) -> Setting:
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--settings", default=DEFAULT_SETTINGS,
-                   help=f"comma-separated MODEL/PARTITION@K[=T1;T2] (own targets, ';'-separated; default {DEFAULT_SETTINGS})")
+    p.add_argument("--settings", default=None,
+                   help=f"comma-separated MODEL/PARTITION@K[=T1;T2] (own targets, ';'-separated; default {DEFAULT_SETTINGS}, "
+                        "none with --merge)")
     p.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     p.add_argument("--targets", help="comma-separated target accuracies for every setting (default: the model's, e.g. lenet5 0.88,0.90)")
     p.add_argument("--thetas", help="Θ grid for every setting, comm_cost syntax (default: the model's)")
@@ -133,6 +147,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--paper-baseline", type=float, metavar="LR",
                    help="also run the FDA paper's own comparison: FedAvg with SGD at LR in 1-epoch rounds, against "
                         "FDA with its Adam (not like for like: reported apart, outside the domination count)")
+    p.add_argument("--only", help=f"comma-separated families to run of each setting ({', '.join(ONLY)}; default all)")
+    p.add_argument("--merge", help="comma-separated CSVs of earlier frontier runs: their points are kept unless "
+                                   "this invocation measures the same (setting, family, knob, target)")
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--resume", action="store_true", help="reuse finished runs (an unchanged sweep only rebuilds the report)")
     p.add_argument("--dry-run", action="store_true", help="check the flags and print the commands")
@@ -140,8 +157,21 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--workdir", default=os.path.join(REPO_ROOT, "runs", "frontier"))
     p.add_argument("--out", default=os.path.join(HERE, "frontier"), help="CSV/PNG/TXT path prefix (default benchmarks/frontier)")
     args = p.parse_args(argv)
+    if args.settings is None and not args.merge:
+        args.settings = DEFAULT_SETTINGS
     try:
-        args.settings = [parse_setting(s) for s in args.settings.split(",") if s.strip()]
+        args.settings = [parse_setting(s) for s in (args.settings or "").split(",") if s.strip()]
+        args.only = set(ONLY) if args.only is None else {f.strip() for f in args.only.split(",") if f.strip()}
+        if not args.only <= set(ONLY):
+            raise ValueError(f"--only {','.join(sorted(args.only - set(ONLY)))}: unknown; choose from {','.join(ONLY)}")
+        if "paper" in args.only and args.paper_baseline is None and args.only == {"paper"}:
+            raise ValueError("--only paper: add --paper-baseline LR (the SGD learning rate of the paper's FedAvg)")
+        args.merge = [m for m in (args.merge or "").split(",") if m.strip()]
+        for path in args.merge:
+            if not os.path.exists(path):
+                raise ValueError(f"--merge {path}: no such file; give the CSV of an earlier frontier run")
+        if not args.settings and not args.merge:
+            raise ValueError("--settings: none given; name a setting, or --merge earlier CSVs to rebuild the report")
         if args.paper_baseline is not None and any(s.optimizer for s in args.settings):
             raise ValueError("--paper-baseline compares FDA's preset Adam with SGD FedAvg: leave /OPTIMIZER:LR out of --settings")
         args.fedavg_epochs = [float(x) for x in args.fedavg_epochs.split(",") if x.strip()]
@@ -159,10 +189,13 @@ def targets_of(args, setting: Setting) -> list[float]:
 def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
     """comm_cost's arguments for one setting: every family, trained to the highest target."""
     own = MODELS[setting.model]
-    entries = ["synchronous", *(f"fedavg:local-epochs={e:g}" for e in args.fedavg_epochs), "linearfda", "sketchfda"]
-    if args.paper_baseline is not None:
+    only = args.only
+    entries = (["synchronous"] * ("synchronous" in only) + [f"fedavg:local-epochs={e:g}" for e in args.fedavg_epochs
+                                                            if "fedavg" in only]
+               + [f for f in ("linearfda", "sketchfda") if f in only])
+    if args.paper_baseline is not None and "paper" in only:
         entries.append(f"fedavg:local-epochs=1:optimizer=sgd:lr={args.paper_baseline:g}")
-    if not args.no_auto:
+    if not args.no_auto and "auto" in only:
         for i, w in enumerate(args.auto_epochs):
             flag = "" if w == 1 else f":theta-auto-epochs={w:g}"  # 1 is the default: the plain entry
             entries += [f"linearfda:theta=auto{flag}"] + ([f"sketchfda:theta=auto{flag}"] if i == 0 else [])
@@ -389,6 +422,28 @@ def plot(pts: list[dict], path: str) -> None:
 
 FIELDS = ["setting", "model", "partition", "workers", "optimizer", "lr", "seed", "target", "family", "knob", "auto", "seeds", "reached_seeds",
           "reached", "steps", "gb", "syncs", "final_accuracy", "run_files"]
+_TYPES = dict(workers=int, lr=float, target=float, seeds=int, reached_seeds=int, gb=float, syncs=float,
+              steps=lambda v: int(float(v)) if float(v).is_integer() else float(v),  # a median of two seeds may be x.5
+              final_accuracy=float, auto=lambda v: v == "True", reached=lambda v: v == "True")
+
+
+def read_points(paths: list[str]) -> list[dict]:
+    """The points of earlier ``--out`` CSVs, typed as :func:`points` makes them."""
+    out = []
+    for path in paths:
+        with open(path, newline="") as fh:
+            # Older CSVs lack the optimizer, lr and seed columns: those stay empty ("the presets").
+            out += [{k: row.get(k, "") if row.get(k, "") == "" else _TYPES.get(k, str)(row[k]) for k in FIELDS}
+                    for row in csv.DictReader(fh)]
+    return out
+
+
+def merge(old: list[dict], new: list[dict]) -> list[dict]:
+    """``old`` with each point that ``new`` measures again replaced, then ``new``'s other points."""
+    key = lambda p: (p["setting"], p["family"], p["knob"], p["target"])  # noqa: E731
+    merged = {key(p): p for p in old}
+    merged.update((key(p), p) for p in new)
+    return list(merged.values())
 
 
 def main(argv=None) -> int:
@@ -411,6 +466,7 @@ def main(argv=None) -> int:
         rows, failed, _ = comm_cost.run_jobs(jobs, cargs, cargs.out + ".csv")
         failures += failed
         all_points += points(setting, rows, targets_of(args, setting))
+    all_points = merge(read_points(args.merge), all_points)
     if not all_points:
         print("frontier: no run finished\n" + "\n".join(failures), file=sys.stderr)
         return 1

@@ -247,6 +247,42 @@ def test_frontier_settings_carry_the_local_optimizer_into_every_run():
             frontier.parse_setting(bad)
 
 
+def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path, capsys):
+    """The CSV is what outlives a machine: a report rebuilt from it equals the original, and a
+    new run replaces the same point or adds its own."""
+    import frontier
+
+    def pt(family, knob, steps, gb, target=0.9):
+        return dict(setting="lenet5/iid@4", model="lenet5", partition="iid", workers=4, optimizer="adam", lr=0.001,
+                    seed="0", target=target, family=family, knob=knob, auto=False, seeds=1, reached_seeds=1,
+                    reached=True, steps=steps, gb=gb, syncs=3.0, final_accuracy=0.91, run_files="r.h5")
+
+    old = [pt("fedavg", "1 ep", 1200, 0.02), pt("linearfda", "Θ=4", 1100, 0.008)]
+    path = tmp_path / "old.csv"
+    with open(path, "w", newline="") as fh:
+        w = frontier.csv.DictWriter(fh, fieldnames=frontier.FIELDS)
+        w.writeheader()
+        w.writerows(old)
+    back = frontier.read_points([str(path)])
+    assert back == old  # typed as points() makes them
+    frontier.report(back)
+    first = capsys.readouterr().out
+    frontier.report(old)
+    assert capsys.readouterr().out == first
+    again = pt("linearfda", "Θ=4", 1000, 0.007)
+    paper = dict(pt("fedavg-sgd", "1 ep, sgd 0.1", 1500, 0.02))
+    assert frontier.merge(back, [again, paper]) == [old[0], again, paper]
+
+    args = frontier.parse(["--settings", "lenet5/iid@4", "--paper-baseline", "0.1", "--only", "paper,synchronous",
+                           "--merge", str(path)])
+    entries = [j.flags for j in frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))]
+    assert len(entries) == 2 and any("--optimizer" in f for f in entries) and any("synchronous" in f for f in entries)
+    assert frontier.parse(["--merge", str(path)]).settings == []  # rebuild only
+    for bad in (["--only", "fedavg,nope"], ["--only", "paper"], ["--merge", str(tmp_path / "missing.csv")]):
+        with pytest.raises(SystemExit):
+            frontier.parse(bad)
+
+
 def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
     import time_to_accuracy as tta
     from cost_model import fabric_allreduce_seconds as T
