@@ -294,6 +294,16 @@ def cheapest_within(pts: list[dict], steps: float) -> dict | None:
     return min(ok, key=lambda p: p["gb"]) if ok else None
 
 
+#: Issue 24's bar for ``--theta auto``: at most this many times the cheapest tuned Θ's bytes,
+#: in at most this many times its steps.
+AUTO_GB, AUTO_STEPS = 1.5, 1.1
+
+
+def auto_check(auto: dict, best: dict) -> bool:
+    """Whether an auto run that reached the target is within the bar of the cheapest tuned Θ."""
+    return auto["gb"] <= AUTO_GB * best["gb"] and auto["steps"] <= AUTO_STEPS * best["steps"]
+
+
 def label(p: dict) -> str:
     return f"{p['family']} {p['knob']}".strip()
 
@@ -357,15 +367,38 @@ def report(pts: list[dict]) -> list[str]:
             best = min(tuned, key=lambda p: p["gb"])
             near = cheapest_within(tuned, auto["steps"]) if auto["reached"] else None
             if not auto["reached"]:
-                line = f"{label(auto)} did not reach the target ({auto['steps']:.0f} steps, {auto['gb']:.4f} GB)"
+                line = f"{label(auto)} did not reach the target ({auto['steps']:.0f} steps, {auto['gb']:.4f} GB): auto check missed"
             else:
+                met = auto_check(auto, best)
                 line = (f"{label(auto)} {auto['steps']:.0f} steps {auto['gb']:.4f} GB; cheapest tuned {label(best)} "
                         f"{best['steps']:.0f} steps {best['gb']:.4f} GB ({auto['gb'] / best['gb']:.2f}x its GB, "
-                        f"{auto['steps'] / best['steps']:.2f}x its steps); cheapest tuned in <= auto's steps: "
+                        f"{auto['steps'] / best['steps']:.2f}x its steps: auto check {'met' if met else 'missed'}); "
+                        "cheapest tuned in <= auto's steps: "
                         + (f"{label(near)} {near['gb']:.4f} GB ({auto['gb'] / near['gb']:.2f}x)" if near else "none"))
             print(line)
             verdicts.append(f"{setting} @ {target:g}: {line}")
     return verdicts
+
+
+def regimes(pts: list[dict]) -> list[list[str]]:
+    """One row per (setting, target): FedAvg points FDA dominates, and each auto run's check."""
+    rows = []
+    for setting, target in dict.fromkeys((p["setting"], p["target"]) for p in pts):
+        g = [p for p in pts if (p["setting"], p["target"]) == (setting, target)]
+        ok = [p for p in g if p["reached"]]
+        fda_all = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
+        fedavg = [p for p in ok if p["family"] == "fedavg"]
+        dominated = sum(bool(q and p["gb"] >= 2 * q["gb"]) for p in fedavg for q in [cheapest_within(fda_all, p["steps"])])
+        checks = []
+        for auto in sorted((p for p in g if p["auto"]), key=label):
+            tuned = [p for p in ok if p["family"] == auto["family"] and not p["auto"]]
+            if tuned:
+                best = min(tuned, key=lambda p: p["gb"])
+                verdict = (f"{auto['gb'] / best['gb']:.2f}x GB, {auto['steps'] / best['steps']:.2f}x steps: "
+                           f"{'met' if auto_check(auto, best) else 'missed'}") if auto["reached"] else "not reached: missed"
+                checks.append(f"{label(auto)} {verdict}")
+        rows.append([setting, f"{target:g}", f"{dominated} of {len(fedavg)}", "; ".join(checks) or "-"])
+    return rows
 
 
 # The figure ---------------------------------------------------------------------------
@@ -481,6 +514,9 @@ def main(argv=None) -> int:
         print("\nSummary:")
         for v in verdicts:
             print("  " + v)
+        print("\nPer regime: FedAvg points FDA dominates (<= steps, <= 1/2 the GB), and --theta auto against the "
+              f"cheapest tuned Θ of its trigger (check: <= {AUTO_GB:g}x its GB in <= {AUTO_STEPS:g}x its steps)")
+        print_table(["setting", "target", "dominated", "auto"], regimes(all_points))
     print(text.getvalue(), end="")
     with open(args.out + ".txt", "w") as fh:
         fh.write(text.getvalue())

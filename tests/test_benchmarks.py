@@ -215,7 +215,10 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     assert any("200x fewer bytes than Synchronous" in v for v in verdicts)
     # auto 0.009 GB at 1300 steps; cheapest tuned Θ=64 (0.0055) -> 1.64x; in <= 1300 steps: Θ=4 (0.008) -> 1.12x
     line = next(v for v in verdicts if "linearfda auto (1 ep)" in v)
-    assert "1.64x its GB" in line and "Θ=4 0.0080 GB (1.12x)" in line
+    assert "1.64x its GB" in line and "Θ=4 0.0080 GB (1.12x)" in line and "auto check missed" in line
+    best = pts[6]  # Θ=64: 1600 steps, 0.0055 GB
+    assert frontier.auto_check(dict(steps=1760, gb=0.00825), best)  # exactly 1.1x the steps, 1.5x the bytes
+    assert not frontier.auto_check(dict(steps=1761, gb=0.0055), best) and not frontier.auto_check(dict(steps=1000, gb=0.0083), best)
     # the FDA paper's SGD FedAvg: reported apart (Θ=16 in <= 1450 steps: 0.012 / 0.006 = 2x), not counted above
     paper = next(v for v in verdicts if "FDA paper's comparison" in v)
     assert "fedavg-sgd 1 ep, sgd 0.05 1450 steps 0.0120 GB" in paper and "linearfda Θ=16 0.0060 GB (2.00x fewer bytes)" in paper
