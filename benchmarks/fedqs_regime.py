@@ -84,7 +84,7 @@ def table(partition: str, methods: list[str], csv_dir: str = os.path.join(REPO_R
     rows = semiasync.read_rows(os.path.join(csv_dir, f"fedqs_regime_{partition.replace(':', '')}.csv"))
     seeds = sorted({s for _, s in rows})
     out = [f"| {partition} | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± sd | − baseline (same seeds) "
-           "| rounds to 95 % | oscillations |", "|---" * (len(seeds) + 5) + "|"]
+           "| rounds to 95 % | oscillations | staleness |", "|---" * (len(seeds) + 6) + "|"]
     for m in methods:
         mine = {s: rows[m, s] for s in seeds if (m, s) in rows}
         if not mine:
@@ -98,7 +98,8 @@ def table(partition: str, methods: list[str], csv_dir: str = os.path.join(REPO_R
         out.append(f"| {m} | " + " | ".join(f"{100 * mine[s]['convergence_accuracy']:.2f}" if s in mine else "–"
                                            for s in seeds)
                    + f" | {spread} | {diff} | {statistics.fmean(r['rounds_to_95pct'] for r in mine.values()):.0f}"
-                   f" | {statistics.fmean(r['oscillations'] for r in mine.values()):.1f} |")
+                   f" | {statistics.fmean(r['oscillations'] for r in mine.values()):.1f}"
+                   f" | {statistics.fmean(r['staleness_mean'] for r in mine.values()):.1f} |")
     return out
 
 

@@ -124,6 +124,8 @@ def test_regime_benchmark_runs_every_method_in_the_papers_setting(monkeypatch):
         assert flags[-2:] == ["--clip-grad-norm", "20"]  # every method clipped alike
         parse_args(flags)  # each method's flags are a valid configuration
     assert {"mstep", "wkafl", "fedavg:weighting=samples", "fedqs-sgd:fedqs-variant=authors"} <= set(args.methods.split(","))
+    for ablation in fedqs_regime.ABLATIONS:
+        parse_args(semiasync.flags_for(args, ablation, 0))  # each ablation too
 
 
 def test_regime_table_compares_an_ablation_with_its_full_method(monkeypatch, tmp_path):
@@ -139,7 +141,7 @@ def test_regime_table_compares_an_ablation_with_its_full_method(monkeypatch, tmp
     for seed, (avg, qs, ablated) in enumerate([(0.70, 0.72, 0.75), (0.80, 0.81, 0.82)]):
         for method, acc in (("fedavg", avg), ("fedqs-avg:fedqs-variant=authors", qs), (off, ablated)):
             rows[method, seed] = dict({f: 0.0 for f in semiasync.FIELDS}, method=method, seed=seed,
-                                      convergence_accuracy=acc)
+                                      convergence_accuracy=acc, staleness_mean=6.0 + seed)
     semiasync.write_rows(str(tmp_path / "fedqs_regime_dirichlet0.1.csv"), rows, {})
     lines = fedqs_regime.table("dirichlet:0.1", list(fedqs_regime.METHODS) + list(fedqs_regime.ABLATIONS),
                                csv_dir=str(tmp_path))
@@ -148,3 +150,4 @@ def test_regime_table_compares_an_ablation_with_its_full_method(monkeypatch, tmp
     assert "+2.00 vs fedqs-avg:fedqs-variant=authors (2)" in by_method[off]  # (3 + 1) / 2 points
     assert "+1.50 vs fedavg (2)" in by_method["fedqs-avg:fedqs-variant=authors"]  # (2 + 1) / 2 points
     assert "| 72.00 | 81.00 | 76.50 ± 6.36 |" in by_method["fedqs-avg:fedqs-variant=authors"]
+    assert by_method["fedavg"].endswith("| 0 | 0.0 | 6.5 |")  # rounds to 95 %, oscillations, mean staleness
