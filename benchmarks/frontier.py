@@ -35,7 +35,9 @@ Run files live in ``--workdir`` and are not kept between machines; the CSV is wh
 ``--merge CSV[,CSV...]`` starts from the points of earlier CSVs (this script's own ``--out``
 ones) and lets this invocation's runs add to them or replace the same (setting, family,
 knob, target): the report, figure and CSV then cover every setting ever run, and
-``--merge`` with no ``--settings`` runs nothing and only rebuilds them. ``--only`` runs part
+``--merge`` with no ``--settings`` runs nothing and only rebuilds them. A configuration
+whose point a merged CSV already holds for every seed asked is not run again, so a sweep
+interrupted on one machine resumes on another from its CSV alone. ``--only`` runs part
 of a setting's families (``synchronous,fedavg,linearfda,sketchfda,auto,paper``), e.g. the
 paper's baseline alone beside points already in a merged CSV:
 
@@ -479,11 +481,29 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
+def job_key(job) -> tuple[str, str]:
+    """(family, knob) of a planned run, as :func:`points` will name its point."""
+    row = dict(family=job.entry.family, entry=job.entry.text, theta="" if job.theta is None else job.theta)
+    return family_of(row), knob_of(row)
+
+
+def unmeasured(setting: Setting, jobs: list, merged: list[dict]) -> list:
+    """The jobs whose configuration (family, knob) lacks a seed in the merged points: a
+    configuration runs all its seeds or none, so that its point stays a median over them all."""
+    have = {(p["setting"], p["family"], p["knob"]): set(str(p["seed"]).split(";")) for p in merged}
+    configs: dict[tuple[str, str], list] = {}
+    for job in jobs:
+        configs.setdefault(job_key(job), []).append(job)
+    return [job for key, group in configs.items()
+            if not all(str(j.seed) in have.get((setting.name, *key), ()) for j in group) for job in group]
+
+
 def main(argv=None) -> int:
     args = parse(argv)
+    merged = read_points(args.merge)
     plans = [(s, comm_cost_args(args, s)) for s in args.settings]
     for setting, cargs in plans:
-        jobs = comm_cost.plan(cargs)
+        jobs = unmeasured(setting, comm_cost.plan(cargs), merged)
         comm_cost.validate(jobs)
         if args.dry_run:
             print(f"# {setting.name}: {len(jobs)} runs")
@@ -493,13 +513,16 @@ def main(argv=None) -> int:
         return 0
     all_points, failures = [], []
     for setting, cargs in plans:
-        jobs = comm_cost.plan(cargs)
+        jobs = unmeasured(setting, comm_cost.plan(cargs), merged)
+        if not jobs:
+            print(f"frontier: {setting.name}: every run is in the merged CSVs", flush=True)
+            continue
         print(f"frontier: {setting.name}: {len(jobs)} runs to {cargs.target:g} (cap {cargs.max_epochs:g} epochs) in {cargs.workdir}",
               flush=True)
         rows, failed, _ = comm_cost.run_jobs(jobs, cargs, cargs.out + ".csv")
         failures += failed
         all_points += points(setting, rows, targets_of(args, setting))
-    all_points = merge(read_points(args.merge), all_points)
+    all_points = merge(merged, all_points)
     if not all_points:
         print("frontier: no run finished\n" + "\n".join(failures), file=sys.stderr)
         return 1

@@ -281,6 +281,17 @@ def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path,
     entries = [j.flags for j in frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))]
     assert len(entries) == 2 and any("--optimizer" in f for f in entries) and any("synchronous" in f for f in entries)
     assert frontier.parse(["--merge", str(path)]).settings == []  # rebuild only
+    # resuming from the CSV alone: a configuration with every asked seed merged is not run again ...
+    args = frontier.parse(["--settings", "lenet5/iid@4", "--thetas", "linear=4,8;sketch=8", "--fedavg-epochs", "1",
+                           "--no-auto", "--seeds", "0"])
+    jobs = frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))
+    left = frontier.unmeasured(args.settings[0], jobs, back)  # back: fedavg 1 ep and Θ=4, seed 0
+    assert sorted(frontier.job_key(j) for j in left) == [("linearfda", "Θ=8"), ("sketchfda", "Θ=8"), ("synchronous", "")]
+    # ... and one missing a seed runs all its seeds, so that its point is a median over them all
+    args = frontier.parse(["--settings", "lenet5/iid@4", "--thetas", "linear=4;sketch=8", "--fedavg-epochs", "1",
+                           "--no-auto", "--seeds", "0,1", "--only", "linearfda"])
+    jobs = frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))
+    assert sorted(j.seed for j in frontier.unmeasured(args.settings[0], jobs, back)) == [0, 1]
     for bad in (["--only", "fedavg,nope"], ["--only", "paper"], ["--merge", str(tmp_path / "missing.csv")]):
         with pytest.raises(SystemExit):
             frontier.parse(bad)
