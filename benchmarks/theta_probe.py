@@ -32,6 +32,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--optimizer", default="sgd")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--model", default="lenet5")
+    p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--epochs", type=float, default=6)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
     from fdahpc.worker import local_steps
 
     comm = make_communicator()
-    cfg = parse_args(["--strategy", "linearfda", "--theta", f"{args.theta:g}", "--dataset", "fashion-mnist",
+    cfg = parse_args(["--strategy", "linearfda", "--theta", f"{args.theta:g}", "--dataset", args.dataset,
                       "--model", args.model, "--partition", args.partition, "--optimizer", args.optimizer,
                       "--lr", f"{args.lr:g}", "--epochs", f"{args.epochs:g}", "--seed", str(args.seed)])
     job = MODE.build(cfg, comm)

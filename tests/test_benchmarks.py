@@ -374,3 +374,16 @@ def test_fda_rounds_reads_each_rounds_end_from_the_series():
     # a run that ends inside a round: that round comes last, unsynced, with its largest H
     run.update({"fda/step": np.array([4, 5, 6, 7, 8, 9]), "fda/h": np.array([1.0, 2.0, 3.0, 4.0, 6.0, 5.0])})
     assert fda_rounds.rounds(run)[2] == dict(first=8, last=9, length=2, synced=False, step=9, h=5.0, h_max=6.0)
+
+
+def test_theta_probe_runs_its_schedule_and_reports_the_first_round(capsys):
+    """One rank, the bundled MNIST-5k: the first round ends in a sync, then the fixed Θ runs."""
+    import theta_probe
+
+    assert theta_probe.main(["--dataset", "mnist5k", "--partition", "iid", "--epochs", "0.5", "--first", "10",
+                             "--theta", "1e9", "--eval-every", "20", "--targets", "0.99"]) == 0
+    out = capsys.readouterr().out
+    assert "first round 10 steps, then Θ=1e+09: 1 syncs" in out and "target 0.99: not reached" in out
+    assert theta_probe.main(["--dataset", "mnist5k", "--partition", "iid", "--first", "10", "--theta", "1",
+                             "--first-only"]) == 0
+    assert "first round 10 steps: Var 0, " in capsys.readouterr().out  # one worker: nothing to disagree with
