@@ -306,6 +306,24 @@ def auto_check(auto: dict, best: dict) -> bool:
     return auto["gb"] <= AUTO_GB * best["gb"] and auto["steps"] <= AUTO_STEPS * best["steps"]
 
 
+def against_fedavg(ok: list[dict]) -> list[tuple[dict, dict | None]]:
+    """Each FedAvg point that reached the target, by steps, with the cheapest FDA run (tuned
+    Θ or auto) that reached it in no more steps (None: none did)."""
+    fda_all = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
+    return [(p, cheapest_within(fda_all, p["steps"])) for p in sorted(ok, key=lambda p: p["steps"]) if p["family"] == "fedavg"]
+
+
+def dominates(fedavg: dict, fda: dict | None) -> bool:
+    """The goal's domination: FDA in no more steps (``against_fedavg``) at no more than half the GB."""
+    return fda is not None and fedavg["gb"] >= 2 * fda["gb"]
+
+
+def cheapest_tuned(auto: dict, ok: list[dict]) -> dict | None:
+    """The cheapest run of ``auto``'s trigger with a tuned Θ that reached the target."""
+    tuned = [p for p in ok if p["family"] == auto["family"] and not p["auto"]]
+    return min(tuned, key=lambda p: p["gb"]) if tuned else None
+
+
 def label(p: dict) -> str:
     return f"{p['family']} {p['knob']}".strip()
 
@@ -332,19 +350,14 @@ def report(pts: list[dict]) -> list[str]:
                 for p in sorted(g, key=lambda p: (FAMILIES.index(p["family"]) if p["family"] in FAMILIES else 9, p["steps"]))]
         print_table(["run", "reached", "steps", "GB", "syncs (run)", "final acc"], rows)
 
-        fedavg = [p for p in ok if p["family"] == "fedavg"]
-        if fedavg:
+        pairs = against_fedavg(ok)
+        if pairs:
             print("\nEach FedAvg point against the cheapest FDA run (tuned Θ or auto) in no more steps:")
-            rows, dominated = [], 0
-            for p in sorted(fedavg, key=lambda p: p["steps"]):
-                q = cheapest_within(fda_all, p["steps"])
-                ratio = p["gb"] / q["gb"] if q else float("nan")
-                dominated += bool(q and ratio >= 2)
-                rows.append([label(p), fmt(p, "steps"), fmt(p, "gb"), label(q) if q else "none", fmt(q, "steps"),
-                             fmt(q, "gb"), f"{ratio:.2f}x" if q else "-"])
+            rows = [[label(p), fmt(p, "steps"), fmt(p, "gb"), label(q) if q else "none", fmt(q, "steps"),
+                     fmt(q, "gb"), f"{p['gb'] / q['gb']:.2f}x" if q else "-"] for p, q in pairs]
             print_table(["FedAvg", "steps", "GB", "cheapest FDA in <= steps", "steps", "GB", "FedAvg GB / FDA GB"], rows)
-            verdicts.append(f"{setting} @ {target:g}: FDA dominates {dominated} of {len(fedavg)} FedAvg points "
-                            f"(<= steps and <= 1/2 the GB)")
+            verdicts.append(f"{setting} @ {target:g}: FDA dominates {sum(dominates(p, q) for p, q in pairs)} of "
+                            f"{len(pairs)} FedAvg points (<= steps and <= 1/2 the GB)")
         for p in [p for p in ok if p["family"] == PAPER]:
             q = cheapest_within(fda_all, p["steps"])
             line = (f"the FDA paper's comparison (FedAvg with SGD, FDA with Adam; not like for like): {label(p)} "
@@ -362,11 +375,10 @@ def report(pts: list[dict]) -> list[str]:
                 verdicts.append(f"{setting} @ {target:g}: FDA {gt}{sync['gb'] / q['gb']:.0f}x fewer bytes than Synchronous "
                                 f"in {q['steps'] / sync['steps']:.2f} of its steps{'' if sync['reached'] else ' (Synchronous did not reach the target: a bound)'}")
         for auto in [p for p in g if p["auto"]]:
-            trig = auto["family"]
-            tuned = [p for p in fda if p["family"] == trig]
-            if not tuned:
+            best = cheapest_tuned(auto, ok)
+            if best is None:
                 continue
-            best = min(tuned, key=lambda p: p["gb"])
+            tuned = [p for p in fda if p["family"] == auto["family"]]
             near = cheapest_within(tuned, auto["steps"]) if auto["reached"] else None
             if not auto["reached"]:
                 line = f"{label(auto)} did not reach the target ({auto['steps']:.0f} steps, {auto['gb']:.4f} GB): auto check missed"
@@ -388,18 +400,16 @@ def regimes(pts: list[dict]) -> list[list[str]]:
     for setting, target in dict.fromkeys((p["setting"], p["target"]) for p in pts):
         g = [p for p in pts if (p["setting"], p["target"]) == (setting, target)]
         ok = [p for p in g if p["reached"]]
-        fda_all = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
-        fedavg = [p for p in ok if p["family"] == "fedavg"]
-        dominated = sum(bool(q and p["gb"] >= 2 * q["gb"]) for p in fedavg for q in [cheapest_within(fda_all, p["steps"])])
+        pairs = against_fedavg(ok)
         checks = []
         for auto in sorted((p for p in g if p["auto"]), key=label):
-            tuned = [p for p in ok if p["family"] == auto["family"] and not p["auto"]]
-            if tuned:
-                best = min(tuned, key=lambda p: p["gb"])
+            best = cheapest_tuned(auto, ok)
+            if best is not None:
                 verdict = (f"{auto['gb'] / best['gb']:.2f}x GB, {auto['steps'] / best['steps']:.2f}x steps: "
                            f"{'met' if auto_check(auto, best) else 'missed'}") if auto["reached"] else "not reached: missed"
                 checks.append(f"{label(auto)} {verdict}")
-        rows.append([setting, f"{target:g}", f"{dominated} of {len(fedavg)}", "; ".join(checks) or "-"])
+        rows.append([setting, f"{target:g}", f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
+                     "; ".join(checks) or "-"])
     return rows
 
 
