@@ -137,6 +137,13 @@ def write_rows(path: str, rows: dict[tuple[str, int], dict], order: dict[str, in
         w.writerows(sorted(rows.values(), key=lambda r: (r["seed"], order.get(r["method"], len(order)), r["method"])))
 
 
+def save_row(path: str, row: dict, order: dict[str, int]) -> None:
+    """Add ``row`` to the CSV (replacing its method and seed's), keeping every other row the file
+    holds now: another invocation may have written some since this one read it (a grid run as
+    parallel streams)."""
+    write_rows(path, {**read_rows(path), (row["method"], row["seed"]): row}, order)
+
+
 def row_of(method: str, seed: int, run: dict, reference: float) -> dict:
     """One run's figures; ``reference`` is semi-async FedAvg's convergence accuracy on the same seed."""
     return dict(method=method, seed=seed, convergence_accuracy=run["convergence_accuracy"],
@@ -171,7 +178,7 @@ def main(argv=None) -> int:
             reference = (run if method == "fedavg" else done.get(("fedavg", seed), {})).get("convergence_accuracy", float("nan"))
             done[method, seed] = row_of(method, seed, run, reference)
             if args.csv:  # after every run, so that an interrupted grid keeps what it finished
-                write_rows(args.csv, done, order)
+                save_row(args.csv, done[method, seed], order)
     table = []
     for method in methods:
         mine = [done[method, s] for s in seeds]

@@ -151,3 +151,23 @@ def test_regime_table_compares_an_ablation_with_its_full_method(monkeypatch, tmp
     assert "+1.50 vs fedavg (2)" in by_method["fedqs-avg:fedqs-variant=authors"]  # (2 + 1) / 2 points
     assert "| 72.00 | 81.00 | 76.50 ± 6.36 |" in by_method["fedqs-avg:fedqs-variant=authors"]
     assert by_method["fedavg"].endswith("| 0 | 0.0 | 6.5 |")  # rounds to 95 %, oscillations, mean staleness
+
+
+def test_regime_rows_written_by_parallel_streams_are_all_kept(monkeypatch, tmp_path):
+    """Two invocations on one CSV (the grid's parallel streams): each run's row is added to what
+    the file holds at that moment, not to what the invocation read when it started."""
+    import os
+
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    import semiasync
+
+    path = str(tmp_path / "grid.csv")
+
+    def row(method, seed, acc):
+        return dict({f: 0.0 for f in semiasync.FIELDS}, method=method, seed=seed, convergence_accuracy=acc)
+
+    semiasync.save_row(path, row("fedavg", 0, 0.7), {})
+    semiasync.save_row(path, row("fedsgd", 0, 0.8), {})  # the other stream
+    semiasync.save_row(path, row("fedavg", 0, 0.75), {"fedavg": 0})  # a rerun replaces its own row only
+    rows = semiasync.read_rows(path)
+    assert {k: r["convergence_accuracy"] for k, r in rows.items()} == {("fedavg", 0): 0.75, ("fedsgd", 0): 0.8}
