@@ -120,14 +120,13 @@ def main(argv=None) -> int:
                     best[r["family"]] = (t, r, syncs)
             order = sorted(best.items(), key=lambda kv: kv[1][0])
             win, (t_win, _, _) = order[0]
-            lead = (f"fastest, {order[1][1][0] / t_win:.2f}x ahead of {order[1][0]}" if len(order) > 1
-                    else "fastest (the only family that reached the target)")
+            ahead = f"{order[1][1][0] / t_win:.2f}x ahead of {order[1][0]}" if len(order) > 1 else None
+            lead = f"fastest, {ahead}" if ahead else "fastest (the only family that reached the target)"
             for family, (t, r, syncs) in sorted(best.items()):
                 name = f"{family} {r['knob'] or ''}{' auto' if r['auto'] == 'True' else ''}".strip()
                 table.append([fabric, name, r["steps"], syncs, f"{t:.1f}",
                               lead if family == win else f"{t / t_win:.2f}x the fastest"])
-            summary.append(f"  {setting} @ {target}, {fabric}: {win} fastest"
-                           + (f", {order[1][1][0] / t_win:.2f}x ahead of {order[1][0]}" if len(order) > 1 else " (alone)"))
+            summary.append(f"  {setting} @ {target}, {fabric}: {win} fastest" + (f", {ahead}" if ahead else " (alone)"))
         print_report(f"{setting}, target {target}: modelled wall time to the target (K ranks, d = {d:,})",
                      ["fabric", "family's fastest run", "steps", "model syncs", "seconds", ""], table,
                      "model syncs: model AllReduces to the target, from the run's measured bytes; seconds: modelled")
