@@ -64,7 +64,8 @@ def semiasync_argv(args, partition: str) -> list[str]:
 
 
 #: FedQS with one mechanism switched off, each against the full method it comes from
-#: (``--methods`` runs them; the table lists every one that has rows).
+#: (``--methods`` runs them; the table lists every one that has rows). The authors' variant
+#: has no momentum to switch off (their main files use none).
 ABLATIONS = {f"{full}:{off}": full
              for full in ("fedqs-avg", "fedqs-avg:fedqs-variant=authors", "fedqs-sgd", "fedqs-sgd:fedqs-variant=authors")
              for off in ("fedqs-no-feedback", "fedqs-no-momentum") if not (off == "fedqs-no-momentum" and "authors" in full)}

@@ -166,7 +166,7 @@ def parse(argv=None) -> argparse.Namespace:
         args.only = set(ONLY) if args.only is None else {f.strip() for f in args.only.split(",") if f.strip()}
         if not args.only <= set(ONLY):
             raise ValueError(f"--only {','.join(sorted(args.only - set(ONLY)))}: unknown; choose from {','.join(ONLY)}")
-        if "paper" in args.only and args.paper_baseline is None and args.only == {"paper"}:
+        if args.only == {"paper"} and args.paper_baseline is None:
             raise ValueError("--only paper: add --paper-baseline LR (the SGD learning rate of the paper's FedAvg)")
         args.merge = [m for m in (args.merge or "").split(",") if m.strip()]
         for path in args.merge:

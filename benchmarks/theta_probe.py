@@ -1,7 +1,7 @@
 """What a long first round costs FDA: a probe for ``--theta auto``'s calibration.
 
     mpiexec -n 8 python benchmarks/theta_probe.py --partition classes:2 --optimizer sgd --lr 0.1 \\
-        --first 234 --theta 1 --targets 0.75,0.8
+        --first 235 --theta 1 --targets 0.75,0.8
 
 ``--theta auto`` learns Θ from a first round of E epochs that nothing interrupts. Whether
 any rule built that way can land near the best tuned Θ depends on one fact per regime:
@@ -40,7 +40,10 @@ def parse(argv=None) -> argparse.Namespace:
                    help="stop after the first round and print its divergence: the exact model variance Var, the mean "
                         "squared drift mean||u_k||^2 and their ratio (1 - ||ū||^2 / mean||u_k||^2: 0 when every "
                         "worker drifted alike, 1 when their drifts cancel)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.first_only and args.first < 1:
+        p.error("--first-only reports the first round's end: give it --first STEPS (>= 1)")
+    return args
 
 
 def main(argv=None) -> int:

@@ -387,3 +387,5 @@ def test_theta_probe_runs_its_schedule_and_reports_the_first_round(capsys):
     assert theta_probe.main(["--dataset", "mnist5k", "--partition", "iid", "--first", "10", "--theta", "1",
                              "--first-only"]) == 0
     assert "first round 10 steps: Var 0, " in capsys.readouterr().out  # one worker: nothing to disagree with
+    with pytest.raises(SystemExit):
+        theta_probe.parse(["--theta", "1", "--first-only"])  # no first round to report on
