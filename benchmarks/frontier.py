@@ -318,6 +318,35 @@ def dominates(fedavg: dict, fda: dict | None) -> bool:
     return fda is not None and fedavg["gb"] >= 2 * fda["gb"]
 
 
+#: Issue 24's screen: a regime goes to the confirm stage (three seeds) when one family's
+#: frontier needs more than this many times the other's bytes at some shared step budget.
+CONFIRM = 1.5
+
+
+def frontier_ratios(ok: list[dict]) -> list[tuple[float, float]]:
+    """FedAvg's frontier against FDA's (tuned Θ and auto): for every step budget at which
+    both reached the target, (budget, cheapest FedAvg GB / cheapest FDA GB within it).
+    Above 1 FDA is cheaper at that budget; the extremes say by how much either leads."""
+    fda = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
+    avg = [p for p in ok if p["family"] == "fedavg"]
+    out = []
+    for steps in sorted({p["steps"] for p in fda + avg}):
+        a, b = cheapest_within(avg, steps), cheapest_within(fda, steps)
+        if a is not None and b is not None:
+            out.append((steps, a["gb"] / b["gb"]))
+    return out
+
+
+def screen_verdict(ratios: list[tuple[float, float]]) -> str:
+    """'FDA ahead' / 'FDA behind' / 'mixed' when a frontier leads by more than CONFIRM at
+    some shared budget (the regime is confirmed with more seeds), else 'even'."""
+    if not ratios:
+        return "no shared budget"
+    ahead = max(r for _, r in ratios) > CONFIRM
+    behind = min(r for _, r in ratios) < 1 / CONFIRM
+    return {(True, False): "FDA ahead", (False, True): "FDA behind", (True, True): "mixed"}.get((ahead, behind), "even")
+
+
 def cheapest_tuned(auto: dict, ok: list[dict]) -> dict | None:
     """The cheapest run of ``auto``'s trigger with a tuned Θ that reached the target."""
     tuned = [p for p in ok if p["family"] == auto["family"] and not p["auto"]]
@@ -395,7 +424,9 @@ def report(pts: list[dict]) -> list[str]:
 
 
 def regimes(pts: list[dict]) -> list[list[str]]:
-    """One row per (setting, target): FedAvg points FDA dominates, and each auto run's check."""
+    """One row per (setting, target): the fewest steps each family reached the target in,
+    FedAvg's frontier over FDA's in bytes at the budgets both reached it in (range), the
+    screen's verdict, the FedAvg points FDA dominates, and each auto run's check."""
     rows = []
     for setting, target in dict.fromkeys((p["setting"], p["target"]) for p in pts):
         g = [p for p in pts if (p["setting"], p["target"]) == (setting, target)]
@@ -408,7 +439,12 @@ def regimes(pts: list[dict]) -> list[list[str]]:
                 verdict = (f"{auto['gb'] / best['gb']:.2f}x GB, {auto['steps'] / best['steps']:.2f}x steps: "
                            f"{'met' if auto_check(auto, best) else 'missed'}") if auto["reached"] else "not reached: missed"
                 checks.append(f"{label(auto)} {verdict}")
-        rows.append([setting, f"{target:g}", f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
+        fewest = [min((p["steps"] for p in ok if p["family"] in fams), default=None)
+                  for fams in (("linearfda", "sketchfda"), ("fedavg",))]
+        ratios = frontier_ratios(ok)
+        rows.append([setting, f"{target:g}", " / ".join("-" if s is None else f"{s:.0f}" for s in fewest),
+                     f"{min(r for _, r in ratios):.2f}-{max(r for _, r in ratios):.2f}x" if ratios else "-",
+                     screen_verdict(ratios), f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
                      "; ".join(checks) or "-"])
     return rows
 
@@ -547,9 +583,12 @@ def main(argv=None) -> int:
         print("\nSummary:")
         for v in verdicts:
             print("  " + v)
-        print("\nPer regime: FedAvg points FDA dominates (<= steps, <= 1/2 the GB), and --theta auto against the "
-              f"cheapest tuned Θ of its trigger (check: <= {AUTO_GB:g}x its GB in <= {AUTO_STEPS:g}x its steps)")
-        print_table(["setting", "target", "dominated", "auto"], regimes(all_points))
+        print("\nPer regime: the fewest steps to the target (FDA / FedAvg); FedAvg's cheapest GB over FDA's at each "
+              f"step budget both reached it in (range; verdict: a lead over {CONFIRM:g}x either way); FedAvg points FDA "
+              "dominates (<= steps, <= 1/2 the GB); --theta auto against the cheapest tuned Θ of its trigger "
+              f"(check: <= {AUTO_GB:g}x its GB in <= {AUTO_STEPS:g}x its steps)")
+        print_table(["setting", "target", "fewest steps", "FedAvg GB / FDA GB", "verdict", "dominated", "auto"],
+                    regimes(all_points))
     print(text.getvalue(), end="")
     with open(args.out + ".txt", "w") as fh:
         fh.write(text.getvalue())

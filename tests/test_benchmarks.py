@@ -220,6 +220,16 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     assert frontier.auto_check(dict(steps=1760, gb=0.00825), best)  # exactly 1.1x the steps, 1.5x the bytes
     assert not frontier.auto_check(dict(steps=1761, gb=0.0055), best) and not frontier.auto_check(dict(steps=1000, gb=0.0083), best)
     # the FDA paper's SGD FedAvg: reported apart (Θ=16 in <= 1450 steps: 0.012 / 0.006 = 2x), not counted above
+    # the frontiers at every budget both reached the target in: 1200/1300 steps 0.02 / 0.008, 1400 0.02 / 0.006,
+    # 1500 0.01 / 0.006, 1600 0.01 / 0.0055 (900 and 1100: FDA alone; the paper's SGD FedAvg is not FedAvg's frontier)
+    ratios = frontier.frontier_ratios([p for p in pts if p["reached"]])
+    assert [s for s, _ in ratios] == [1200, 1300, 1400, 1500, 1600]
+    assert [round(r, 2) for _, r in ratios] == [2.5, 2.5, 3.33, 1.67, 1.82]
+    assert frontier.screen_verdict(ratios) == "FDA ahead"
+    assert frontier.screen_verdict([(1, 0.6)]) == "FDA behind" and frontier.screen_verdict([(1, 0.6), (2, 1.6)]) == "mixed"
+    assert frontier.screen_verdict([(1, 0.7), (2, 1.5)]) == "even" and frontier.screen_verdict([]) == "no shared budget"
+    row = frontier.regimes(pts)[0]
+    assert row[2:5] == ["900 / 1200", "1.67-3.33x", "FDA ahead"]
     paper = next(v for v in verdicts if "FDA paper's comparison" in v)
     assert "fedavg-sgd 1 ep, sgd 0.05 1450 steps 0.0120 GB" in paper and "linearfda Θ=16 0.0060 GB (2.00x fewer bytes)" in paper
 
