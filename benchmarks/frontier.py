@@ -353,6 +353,22 @@ def cheapest_tuned(auto: dict, ok: list[dict]) -> dict | None:
     return min(tuned, key=lambda p: p["gb"]) if tuned else None
 
 
+def cheapest_theta_edge(g: list[dict], family: str = "linearfda") -> str:
+    """Where ``family``'s cheapest tuned Θ sits in its grid at one target: 'grid top' (the
+    largest Θ tried), 'reach edge' (every larger Θ tried missed the target within the cap:
+    the cheapest Θ is set by the target and the cap) or 'inside' (a larger Θ reached it, at
+    more bytes). '-' when no tuned Θ reached the target."""
+    tuned = [p for p in g if p["family"] == family and not p["auto"]]
+    ok = [p for p in tuned if p["reached"]]
+    if not ok:
+        return "-"
+    best = min(ok, key=lambda p: p["gb"])
+    theta = lambda p: float(p["knob"].partition("=")[2])  # noqa: E731
+    larger = [p for p in tuned if theta(p) > theta(best)]
+    where = "grid top" if not larger else ("reach edge" if not any(p["reached"] for p in larger) else "inside")
+    return f"Θ={theta(best):g} ({where})"
+
+
 def label(p: dict) -> str:
     return f"{p['family']} {p['knob']}".strip()
 
@@ -426,7 +442,8 @@ def report(pts: list[dict]) -> list[str]:
 def regimes(pts: list[dict]) -> list[list[str]]:
     """One row per (setting, target): the fewest steps each family reached the target in,
     FedAvg's frontier over FDA's in bytes at the budgets both reached it in (range), the
-    screen's verdict, the FedAvg points FDA dominates, and each auto run's check."""
+    screen's verdict, the FedAvg points FDA dominates, where LinearFDA's cheapest tuned Θ
+    sits in its grid (:func:`cheapest_theta_edge`), and each auto run's check."""
     rows = []
     for setting, target in dict.fromkeys((p["setting"], p["target"]) for p in pts):
         g = [p for p in pts if (p["setting"], p["target"]) == (setting, target)]
@@ -445,7 +462,7 @@ def regimes(pts: list[dict]) -> list[list[str]]:
         rows.append([setting, f"{target:g}", " / ".join("-" if s is None else f"{s:.0f}" for s in fewest),
                      f"{min(r for _, r in ratios):.2f}-{max(r for _, r in ratios):.2f}x" if ratios else "-",
                      screen_verdict(ratios), f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
-                     "; ".join(checks) or "-"])
+                     cheapest_theta_edge(g), "; ".join(checks) or "-"])
     return rows
 
 
@@ -585,9 +602,10 @@ def main(argv=None) -> int:
             print("  " + v)
         print("\nPer regime: the fewest steps to the target (FDA / FedAvg); FedAvg's cheapest GB over FDA's at each "
               f"step budget both reached it in (range; verdict: a lead over {CONFIRM:g}x either way); FedAvg points FDA "
-              "dominates (<= steps, <= 1/2 the GB); --theta auto against the cheapest tuned Θ of its trigger "
+              "dominates (<= steps, <= 1/2 the GB); LinearFDA's cheapest tuned Θ and where it sits in the grid "
+              "(reach edge: every larger Θ missed the target in the cap); --theta auto against the cheapest tuned Θ of its trigger "
               f"(check: <= {AUTO_GB:g}x its GB in <= {AUTO_STEPS:g}x its steps)")
-        print_table(["setting", "target", "fewest steps", "FedAvg GB / FDA GB", "verdict", "dominated", "auto"],
+        print_table(["setting", "target", "fewest steps", "FedAvg GB / FDA GB", "verdict", "dominated", "cheapest Θ", "auto"],
                     regimes(all_points))
     print(text.getvalue(), end="")
     with open(args.out + ".txt", "w") as fh:

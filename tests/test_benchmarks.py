@@ -230,6 +230,11 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     assert frontier.screen_verdict([(1, 0.7), (2, 1.5)]) == "even" and frontier.screen_verdict([]) == "no shared budget"
     row = frontier.regimes(pts)[0]
     assert row[2:5] == ["900 / 1200", "1.67-3.33x", "FDA ahead"]
+    assert row[6] == "Θ=64 (grid top)"  # the cheapest tuned LinearFDA is the largest Θ tried
+    missed = [dict(p, reached=False) if p["knob"] == "Θ=64" else p for p in pts]
+    assert frontier.cheapest_theta_edge(missed) == "Θ=16 (reach edge)"  # Θ=64 missed: 16 is as far as the cap allows
+    cheap16 = [dict(p, gb=0.005) if p["knob"] == "Θ=16" else p for p in pts]
+    assert frontier.cheapest_theta_edge(cheap16) == "Θ=16 (inside)" and frontier.cheapest_theta_edge(pts[:4]) == "-"
     paper = next(v for v in verdicts if "FDA paper's comparison" in v)
     assert "fedavg-sgd 1 ep, sgd 0.05 1450 steps 0.0120 GB" in paper and "linearfda Θ=16 0.0060 GB (2.00x fewer bytes)" in paper
 
