@@ -104,13 +104,13 @@ def main(argv=None) -> int:
         runs = [r for r in csv.DictReader(fh) if r["reached"] == "True"]
     params: dict[str, int] = {}
     by_case: dict[tuple[str, str], list[dict]] = {}
-    summary: list[str] = []
+    summary: list[list[str]] = []
     for r in runs:
         by_case.setdefault((r["setting"], r["target"]), []).append(r)
     for (setting, target), rows in by_case.items():
         model = rows[0]["model"]
         d = params.setdefault(model, model_params(model))
-        table = []
+        table, winners, fda_over_avg = [], [], []
         for fabric in FABRICS:
             best: dict[str, tuple[float, dict, int]] = {}
             for r in rows:
@@ -126,11 +126,17 @@ def main(argv=None) -> int:
                 name = f"{family} {r['knob'] or ''}{' auto' if r['auto'] == 'True' else ''}".strip()
                 table.append([fabric, name, r["steps"], syncs, f"{t:.1f}",
                               lead if family == win else f"{t / t_win:.2f}x the fastest"])
-            summary.append(f"  {setting} @ {target}, {fabric}: {win} fastest" + (f", {ahead}" if ahead else " (alone)"))
+            winners.append(f"{win} ({order[1][1][0] / t_win:.2f}x)" if len(order) > 1 else f"{win} (alone)")
+            fda = min((v[0] for f, v in best.items() if f in ("linearfda", "sketchfda")), default=None)
+            fda_over_avg.append(f"{best['fedavg'][0] / fda:.2f}x" if fda and "fedavg" in best else "-")
+        summary.append([setting, target, *winners, *fda_over_avg])
         print_report(f"{setting}, target {target}: modelled wall time to the target (K ranks, d = {d:,})",
                      ["fabric", "family's fastest run", "steps", "model syncs", "seconds", ""], table,
                      "model syncs: model AllReduces to the target, from the run's measured bytes; seconds: modelled")
-    print("Fastest family per setting, target and fabric:\n" + "\n".join(summary))
+    names = list(FABRICS)
+    print_report("Fastest family per setting, target and fabric (its lead over the runner-up), and FedAvg's fastest "
+                 "time over FDA's (above 1: FDA is faster)", ["setting", "target", *names, *(f"FedAvg/FDA {n}" for n in names)],
+                 summary, "FDA: the faster of LinearFDA and SketchFDA, tuned Θ or auto; - where one of them missed the target")
     fab = "; ".join(f"{name}: {f.gbps:g} Gb/s, α = {f.latency_us:g} µs" for name, f in FABRICS.items())
     print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
     return 0
