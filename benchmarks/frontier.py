@@ -326,28 +326,29 @@ CONFIRM = 1.5
 SLACK = 1.1
 
 
-def frontier_leads(ok: list[dict]) -> tuple[float | None, float | None]:
+def frontier_leads(ok: list[dict]) -> tuple[tuple[float, dict, dict] | None, tuple[float, dict, dict] | None]:
     """(FDA's lead, FedAvg's lead) in bytes: the most times fewer GB one family's cheapest run
     within a step budget needs than the other's cheapest within ``SLACK`` x that budget, over
-    every budget at which one of them reached the target (FDA: tuned Θ and auto). None when
-    no budget has both."""
+    every budget at which one of them reached the target (FDA: tuned Θ and auto), as
+    (ratio, the leader's run, the beaten run): the pair a confirm stage reruns. None when no
+    budget has both."""
     fda = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
     avg = [p for p in ok if p["family"] == "fedavg"]
 
-    def lead(winner: list[dict], loser: list[dict]) -> float | None:
-        ratios = []
-        for steps in {p["steps"] for p in winner}:
+    def lead(winner: list[dict], loser: list[dict]) -> tuple[float, dict, dict] | None:
+        pairs = []
+        for steps in sorted({p["steps"] for p in winner}):
             w, l = cheapest_within(winner, steps), cheapest_within(loser, SLACK * steps)
             if l is not None:
-                ratios.append(l["gb"] / w["gb"])
-        return max(ratios, default=None)
+                pairs.append((l["gb"] / w["gb"], w, l))
+        return max(pairs, key=lambda t: t[0], default=None)
 
     return lead(fda, avg), lead(avg, fda)
 
 
 def screen_verdict(fda_lead: float | None, fedavg_lead: float | None) -> str:
     """'FDA ahead' / 'FDA behind' / 'mixed' when a family leads by more than CONFIRM (the
-    regime goes to the confirm stage), 'even' otherwise."""
+    regime goes to the confirm stage), 'even' otherwise; the leads are ratios (or None)."""
     if fda_lead is None or fedavg_lead is None:
         return "no shared budget"
     ahead, behind = fda_lead > CONFIRM, fedavg_lead > CONFIRM
@@ -466,8 +467,8 @@ def regimes(pts: list[dict]) -> list[list[str]]:
                   for fams in (("linearfda", "sketchfda"), ("fedavg",))]
         leads = frontier_leads(ok)
         rows.append([setting, f"{target:g}", " / ".join("-" if s is None else f"{s:.0f}" for s in fewest),
-                     " / ".join("-" if x is None else f"{x:.2f}x" for x in leads),
-                     screen_verdict(*leads), f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
+                     " / ".join("-" if x is None else f"{x[0]:.2f}x ({x[1]['knob']} vs {x[2]['knob']})" for x in leads),
+                     screen_verdict(*(x and x[0] for x in leads)), f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
                      cheapest_theta_edge(g), "; ".join(checks) or "-"])
     return rows
 

@@ -223,16 +223,17 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     # FDA's lead, at each FDA budget against FedAvg's cheapest within 1.1x it: 1100 and 1300 -> 1 ep (0.02) / 0.008
     # = 2.5, 1400 -> 2 ep (0.01, 1500 <= 1540) / 0.006, 1600 -> 0.01 / 0.0055 (900: no FedAvg within 990); best 2.5.
     # FedAvg's: 1200 -> 0.02 against Θ=4's 0.008 within 1320 (0.4), 1500 -> 0.01 against Θ=64's 0.0055 within 1650
-    fda_lead, fedavg_lead = frontier.frontier_leads([p for p in pts if p["reached"]])
+    (fda_lead, w, l), (fedavg_lead, _, _) = frontier.frontier_leads([p for p in pts if p["reached"]])
     assert fda_lead == 2.5 and fedavg_lead == pytest.approx(0.55)
+    assert (w["knob"], l["knob"]) == ("Θ=4", "1 ep")  # the first budget with the best ratio: the pair to confirm
     assert frontier.screen_verdict(fda_lead, fedavg_lead) == "FDA ahead"
     assert frontier.screen_verdict(0.9, 1.6) == "FDA behind" and frontier.screen_verdict(1.6, 1.6) == "mixed"
     assert frontier.screen_verdict(1.5, 1.5) == "even" and frontier.screen_verdict(None, 2.0) == "no shared budget"
     # the slack: FedAvg 1 ep one evaluation later than an FDA run no longer counts as beaten
     near = [pt("fedavg", "1 ep", 1050, 0.02), pt("linearfda", "Θ=4", 1000, 0.008)]
-    assert frontier.frontier_leads(near) == pytest.approx((2.5, 0.4))
+    assert [x[0] for x in frontier.frontier_leads(near)] == pytest.approx([2.5, 0.4])
     row = frontier.regimes(pts)[0]
-    assert row[2:5] == ["900 / 1200", "2.50x / 0.55x", "FDA ahead"]
+    assert row[2:5] == ["900 / 1200", "2.50x (Θ=4 vs 1 ep) / 0.55x (2 ep vs Θ=64)", "FDA ahead"]
     assert row[6] == "Θ=64 (grid top)"  # the cheapest tuned LinearFDA is the largest Θ tried
     missed = [dict(p, reached=False) if p["knob"] == "Θ=64" else p for p in pts]
     assert frontier.cheapest_theta_edge(missed) == "Θ=16 (reach edge)"  # Θ=64 missed: 16 is as far as the cap allows
