@@ -348,10 +348,11 @@ def frontier_leads(ok: list[dict]) -> tuple[tuple[float, dict, dict] | None, tup
 
 def screen_verdict(fda_lead: float | None, fedavg_lead: float | None) -> str:
     """'FDA ahead' / 'FDA behind' / 'mixed' when a family leads by more than CONFIRM (the
-    regime goes to the confirm stage), 'even' otherwise; the leads are ratios (or None)."""
-    if fda_lead is None or fedavg_lead is None:
+    regime goes to the confirm stage), 'even' otherwise. The leads are ratios, None where the
+    family has no budget the other reaches the target within (it is slower at every one)."""
+    if fda_lead is None and fedavg_lead is None:
         return "no shared budget"
-    ahead, behind = fda_lead > CONFIRM, fedavg_lead > CONFIRM
+    ahead, behind = (x is not None and x > CONFIRM for x in (fda_lead, fedavg_lead))
     return {(True, False): "FDA ahead", (False, True): "FDA behind", (True, True): "mixed"}.get((ahead, behind), "even")
 
 

@@ -228,7 +228,8 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     assert (w["knob"], l["knob"]) == ("Θ=4", "1 ep")  # the first budget with the best ratio: the pair to confirm
     assert frontier.screen_verdict(fda_lead, fedavg_lead) == "FDA ahead"
     assert frontier.screen_verdict(0.9, 1.6) == "FDA behind" and frontier.screen_verdict(1.6, 1.6) == "mixed"
-    assert frontier.screen_verdict(1.5, 1.5) == "even" and frontier.screen_verdict(None, 2.0) == "no shared budget"
+    assert frontier.screen_verdict(1.5, 1.5) == "even" and frontier.screen_verdict(None, 2.0) == "FDA behind"
+    assert frontier.screen_verdict(None, None) == "no shared budget"
     # the slack: FedAvg 1 ep one evaluation later than an FDA run no longer counts as beaten
     near = [pt("fedavg", "1 ep", 1050, 0.02), pt("linearfda", "Θ=4", 1000, 0.008)]
     assert [x[0] for x in frontier.frontier_leads(near)] == pytest.approx([2.5, 0.4])
