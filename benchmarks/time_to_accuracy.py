@@ -75,7 +75,7 @@ def monitored_steps(row: dict) -> tuple[int, int]:
     """(steps that reduced FDA's state, extra monitoring bytes per rank): every step, except
     that ``--theta auto`` runs its first round (``auto (E ep)``) unmonitored and then
     reduces 4 bytes once."""
-    steps = int(row["steps"])
+    steps = float(row["steps"])  # a median over seeds may be fractional
     if row["auto"] != "True":
         return steps, 0
     epochs = float(row["knob"].split("(")[1].split()[0])
@@ -85,7 +85,7 @@ def monitored_steps(row: dict) -> tuple[int, int]:
 
 def seconds(row: dict, d: int, compute: float, fabric: str) -> tuple[float, int]:
     """(wall seconds to the target on ``fabric``, model AllReduces to the target)."""
-    k, steps, total = int(row["workers"]), int(row["steps"]), float(row["gb"]) * 1e9
+    k, steps, total = int(row["workers"]), float(row["steps"]), float(row["gb"]) * 1e9
     state = state_bytes(row["family"])
     monitored, extra = monitored_steps(row) if state else (0, 0)
     syncs = round((total - k * (monitored * state + extra)) / (2 * k * 4 * d))

@@ -326,6 +326,9 @@ def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
                   run_files="x")
     t, got = tta.seconds(fedavg, d, 0.01, "ethernet-10g")
     assert got == syncs and t == pytest.approx(steps * 0.01 + syncs * T(4 * d, k, "ethernet-10g"))
+    # a median over seeds, as frontier.csv writes it ("950.0", "1062.5"), is read as it is
+    t, got = tta.seconds(dict(fedavg, steps="1062.5"), d, 0.01, "ethernet-10g")
+    assert got == syncs and t == pytest.approx(1062.5 * 0.01 + syncs * T(4 * d, k, "ethernet-10g"))
     # LinearFDA with --theta auto: the first round (1 epoch = ceil(60000/4/32) = 469 steps) is unmonitored.
     monitored = 600 - 469
     auto = dict(fedavg, family="linearfda", auto="True", knob="auto (1 ep)", steps=600,
