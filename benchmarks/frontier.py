@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import os
 import sys
 from contextlib import redirect_stdout
@@ -340,7 +341,9 @@ def frontier_leads(ok: list[dict]) -> tuple[tuple[float, dict, dict] | None, tup
         for steps in sorted({p["steps"] for p in winner}):
             w, l = cheapest_within(winner, steps), cheapest_within(loser, SLACK * steps)
             if l is not None:
-                pairs.append((l["gb"] / w["gb"], w, l))
+                # A run that reached the target before its first model sync (the evaluated
+                # average is free, as for every run) spent 0 GB: an unbounded lead.
+                pairs.append((l["gb"] / w["gb"] if w["gb"] else math.inf if l["gb"] else 1.0, w, l))
         return max(pairs, key=lambda t: t[0], default=None)
 
     return lead(fda, avg), lead(avg, fda)
@@ -468,7 +471,8 @@ def regimes(pts: list[dict]) -> list[list[str]]:
                   for fams in (("linearfda", "sketchfda"), ("fedavg",))]
         leads = frontier_leads(ok)
         rows.append([setting, f"{target:g}", " / ".join("-" if s is None else f"{s:.0f}" for s in fewest),
-                     " / ".join("-" if x is None else f"{x[0]:.2f}x ({x[1]['knob']} vs {x[2]['knob']})" for x in leads),
+                     " / ".join("-" if x is None else f"{x[0]:.2f}x ({x[1]['knob']} vs {x[2]['knob']})".replace("infx", "unbounded")
+                                for x in leads),
                      screen_verdict(*(x and x[0] for x in leads)), f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
                      cheapest_theta_edge(g), "; ".join(checks) or "-"])
     return rows

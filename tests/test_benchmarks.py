@@ -1,5 +1,6 @@
 """The benchmarks' own bookkeeping: entry parsing and the tables that state their goals."""
 
+import math
 import os
 import sys
 
@@ -233,6 +234,9 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     # the slack: FedAvg 1 ep one evaluation later than an FDA run no longer counts as beaten
     near = [pt("fedavg", "1 ep", 1050, 0.02), pt("linearfda", "Θ=4", 1000, 0.008)]
     assert [x[0] for x in frontier.frontier_leads(near)] == pytest.approx([2.5, 0.4])
+    # FedAvg reaching the target before its first sync (0 GB) leads without bound, not by a division error
+    free = [pt("fedavg", "8 ep", 1000, 0.0), pt("linearfda", "Θ=64", 1000, 0.004)]
+    assert frontier.frontier_leads(free)[1][0] == math.inf and frontier.screen_verdict(0.0, math.inf) == "FDA behind"
     row = frontier.regimes(pts)[0]
     assert row[2:5] == ["900 / 1200", "2.50x (Θ=4 vs 1 ep) / 0.55x (2 ep vs Θ=64)", "FDA ahead"]
     assert row[6] == "Θ=64 (grid top)"  # the cheapest tuned LinearFDA is the largest Θ tried
