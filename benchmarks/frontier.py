@@ -454,7 +454,8 @@ def report(pts: list[dict]) -> list[str]:
 def regimes(pts: list[dict]) -> list[list[str]]:
     """One row per (setting, target): the fewest steps each family reached the target in,
     each family's lead in bytes (:func:`frontier_leads`), the screen's verdict, the FedAvg
-    points FDA dominates, where LinearFDA's cheapest tuned Θ sits in its grid (:func:`cheapest_theta_edge`), and each auto run's check."""
+    points FDA dominates, where LinearFDA's cheapest tuned Θ sits in its grid
+    (:func:`cheapest_theta_edge`), and each auto run's check."""
     rows = []
     for setting, target in dict.fromkeys((p["setting"], p["target"]) for p in pts):
         g = [p for p in pts if (p["setting"], p["target"]) == (setting, target)]
