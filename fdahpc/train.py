@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import traceback
+import time
 
 __all__ = ["main"]
 
@@ -41,6 +42,10 @@ def _limit_threads(n: int) -> None:
         cap = os.environ.get("NUMBA_NUM_THREADS")  # Numba's own default: the cores
         limit = int(cap) if cap and cap.isdigit() else (os.cpu_count() or 1)
         os.environ["NUMBA_NUM_THREADS"] = str(max(1, min(n, limit)))
+
+
+#: How long a failing rank waits between printing its error and ending the job.
+ABORT_GRACE_SECONDS = 1.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         if comm.world_size == 1:
             raise
         print(f"[rank {comm.rank}] fdahpc.train failed; aborting the job\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        # The launcher relays a rank's output through its own process: MPICH's kills on Abort
+        # drop what it has not relayed yet (on a loaded machine, this very message).
+        time.sleep(ABORT_GRACE_SECONDS)
         comm.abort(1)
     comm.close()  # every rank gets here after the same last collective
     return code
