@@ -79,6 +79,7 @@ MODELS = {
 FEDAVG_EPOCHS = (0.25, 0.5, 1.0, 2.0)
 DEFAULT_SETTINGS = "lenet5/iid@4,lenet5/sorted:60@4,lenet5/iid@8=0.88,lenet5/sorted:60@8=0.88"
 FAMILIES = ("synchronous", "fedavg", "linearfda", "sketchfda", "fedavg-sgd")  # plot order
+FDA = ("linearfda", "sketchfda")  #: the dynamic-averaging families
 #: ``--only``'s names: the families of a setting's runs (``auto``: FDA with ``--theta auto``;
 #: ``paper``: ``--paper-baseline``'s FedAvg).
 ONLY = ("synchronous", "fedavg", "linearfda", "sketchfda", "auto", "paper")
@@ -195,7 +196,7 @@ def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
     only = args.only
     entries = (["synchronous"] * ("synchronous" in only) + [f"fedavg:local-epochs={e:g}" for e in args.fedavg_epochs
                                                             if "fedavg" in only]
-               + [f for f in ("linearfda", "sketchfda") if f in only])
+               + [f for f in FDA if f in only])
     if args.paper_baseline is not None and "paper" in only:
         entries.append(f"fedavg:local-epochs=1:optimizer=sgd:lr={args.paper_baseline:g}")
     if not args.no_auto and "auto" in only:
@@ -234,7 +235,7 @@ def knob_of(row: dict) -> str:
         return f"1 ep, sgd {row['entry'].partition(':lr=')[2]}"
     if row["family"] == "fedavg":
         return row["entry"].partition("local-epochs=")[2] + " ep"
-    if row["family"] in ("linearfda", "sketchfda"):
+    if row["family"] in FDA:
         if "theta=auto" not in row["entry"]:
             return f"Θ={float(row['theta']):g}"
         epochs = row["entry"].partition("theta-auto-epochs=")[2]
@@ -310,7 +311,7 @@ def auto_check(auto: dict, best: dict) -> bool:
 def against_fedavg(ok: list[dict]) -> list[tuple[dict, dict | None]]:
     """Each FedAvg point that reached the target, by steps, with the cheapest FDA run (tuned
     Θ or auto) that reached it in no more steps (None: none did)."""
-    fda_all = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
+    fda_all = [p for p in ok if p["family"] in FDA]
     return [(p, cheapest_within(fda_all, p["steps"])) for p in sorted(ok, key=lambda p: p["steps"]) if p["family"] == "fedavg"]
 
 
@@ -333,7 +334,7 @@ def frontier_leads(ok: list[dict]) -> tuple[tuple[float, dict, dict] | None, tup
     every budget at which one of them reached the target (FDA: tuned Θ and auto), as
     (ratio, the leader's run, the beaten run): the pair a confirm stage reruns. None when no
     budget has both."""
-    fda = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
+    fda = [p for p in ok if p["family"] in FDA]
     avg = [p for p in ok if p["family"] == "fedavg"]
 
     def lead(winner: list[dict], loser: list[dict]) -> tuple[float, dict, dict] | None:
@@ -398,8 +399,8 @@ def report(pts: list[dict]) -> list[str]:
     for setting, target in groups:
         g = [p for p in pts if (p["setting"], p["target"]) == (setting, target)]
         ok = [p for p in g if p["reached"]]
-        fda = [p for p in ok if p["family"] in ("linearfda", "sketchfda") and not p["auto"]]
-        fda_all = [p for p in ok if p["family"] in ("linearfda", "sketchfda")]
+        fda = [p for p in ok if p["family"] in FDA and not p["auto"]]
+        fda_all = [p for p in ok if p["family"] in FDA]
         print(f"\n=== {setting}, target {target:g} ===")
         rows = [[label(p), f"{p['reached_seeds']}/{p['seeds']}",
                  f"{p['steps']:.0f}" if p["reached"] else f">{p['steps']:.0f}",
@@ -469,14 +470,19 @@ def regimes(pts: list[dict]) -> list[list[str]]:
                            f"{'met' if auto_check(auto, best) else 'missed'}") if auto["reached"] else "not reached: missed"
                 checks.append(f"{label(auto)} {verdict}")
         fewest = [min((p["steps"] for p in ok if p["family"] in fams), default=None)
-                  for fams in (("linearfda", "sketchfda"), ("fedavg",))]
+                  for fams in (FDA, ("fedavg",))]
         leads = frontier_leads(ok)
         rows.append([setting, f"{target:g}", " / ".join("-" if s is None else f"{s:.0f}" for s in fewest),
-                     " / ".join("-" if x is None else f"{x[0]:.2f}x ({x[1]['knob']} vs {x[2]['knob']})".replace("infx", "unbounded")
+                     " / ".join("-" if x is None else f"{format_lead(x[0])} ({x[1]['knob']} vs {x[2]['knob']})"
                                 for x in leads),
                      screen_verdict(*(x and x[0] for x in leads)), f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
                      cheapest_theta_edge(g), "; ".join(checks) or "-"])
     return rows
+
+
+def format_lead(lead: float) -> str:
+    """``2.05x``; a winner that spent no bytes (reached before its first sync) leads without bound."""
+    return "unbounded" if math.isinf(lead) else f"{lead:.2f}x"
 
 
 # The figure ---------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import sys
 import _common  # noqa: F401
 from _common import REPO_ROOT, print_report
 from cost_model import FABRICS, fabric_allreduce_seconds
+from frontier import FDA
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
                 table.append([fabric, name, r["steps"], syncs, f"{t:.1f}",
                               lead if family == win else f"{t / t_win:.2f}x the fastest"])
             winners.append(f"{win} ({order[1][1][0] / t_win:.2f}x)" if len(order) > 1 else f"{win} (alone)")
-            fda = min((v[0] for f, v in best.items() if f in ("linearfda", "sketchfda")), default=None)
+            fda = min((v[0] for f, v in best.items() if f in FDA), default=None)
             fda_over_avg.append(f"{best['fedavg'][0] / fda:.2f}x" if fda and "fedavg" in best else "-")
         summary.append([setting, target, *winners, *fda_over_avg])
         print_report(f"{setting}, target {target}: modelled wall time to the target (K ranks, d = {d:,})",

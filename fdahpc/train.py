@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import traceback
 import time
+import traceback
 
 __all__ = ["main"]
 

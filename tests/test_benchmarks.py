@@ -417,3 +417,13 @@ def test_theta_probe_runs_its_schedule_and_reports_the_first_round(capsys):
     assert "first round 10 steps: Var 0, " in capsys.readouterr().out  # one worker: nothing to disagree with
     with pytest.raises(SystemExit):
         theta_probe.parse(["--theta", "1", "--first-only"])  # no first round to report on
+
+
+def test_an_overhead_goal_is_judged_only_when_the_ratios_stand_clear_of_the_noise():
+    import fda_overhead
+    # the 2026-12-02 idle run: baseline spread 6.7 %, both ratios well over 1.03
+    assert fda_overhead.goal_verdict(1.143, 1.104, 1.03, 0.067) == "missed"
+    assert fda_overhead.goal_verdict(1.01, 1.02, 1.03, 0.0) == "met"
+    assert fda_overhead.goal_verdict(1.01, 1.05, 1.03, 0.0) == "borderline"
+    # a drifting host (baseline 15.6-20.2 ms/step): a paired 0.993 says nothing about a 3 % goal
+    assert fda_overhead.goal_verdict(0.810, 0.993, 1.03, 0.24) == "inconclusive"
