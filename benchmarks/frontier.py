@@ -480,6 +480,29 @@ def regimes(pts: list[dict]) -> list[list[str]]:
     return rows
 
 
+def target_blind(pts: list[dict], family: str = "linearfda") -> list[list[str]]:
+    """Whether one Θ passes the auto check at every target of a setting: one row per setting
+    with two or more targets, giving the cheapest tuned Θ at each target and the tuned Θs that
+    stay within ``AUTO_GB`` x the cheapest's GB in ``AUTO_STEPS`` x its steps at all of them.
+    A rule that sets Θ from the run alone (before any target is known) yields one Θ for all
+    targets of a run, so 'none' here means no such rule can pass the check on that setting,
+    as far as the tried grid shows (a Θ between two grid points is not ruled out)."""
+    rows = []
+    for setting in dict.fromkeys(p["setting"] for p in pts):
+        g = [p for p in pts if p["setting"] == setting and p["family"] == family and not p["auto"]]
+        targets = sorted({p["target"] for p in pts if p["setting"] == setting})
+        best = {t: min((p for p in g if p["target"] == t and p["reached"]), key=lambda p: p["gb"], default=None)
+                for t in targets}
+        best = {t: b for t, b in best.items() if b is not None}
+        if len(best) < 2:
+            continue
+        passing = [k for k in dict.fromkeys(p["knob"] for p in g)
+                   if all(any(p["knob"] == k and p["target"] == t and p["reached"] and auto_check(p, b) for p in g)
+                          for t, b in best.items())]
+        rows.append([setting, ", ".join(f"{t:g}: {b['knob']}" for t, b in best.items()), ", ".join(passing) or "none"])
+    return rows
+
+
 def format_lead(lead: float) -> str:
     """``2.05x``; a winner that spent no bytes (reached before its first sync) leads without bound."""
     return "unbounded" if math.isinf(lead) else f"{lead:.2f}x"
@@ -627,6 +650,10 @@ def main(argv=None) -> int:
               f"(check: <= {AUTO_GB:g}x its GB in <= {AUTO_STEPS:g}x its steps)")
         print_table(["setting", "target", "fewest steps", "lead FDA / FedAvg", "verdict", "dominated", "cheapest Θ", "auto"],
                     regimes(all_points))
+        print(f"\nOne Θ for every target? Per setting, LinearFDA's cheapest tuned Θ at each target, and the tuned Θs within "
+              f"{AUTO_GB:g}x its GB in {AUTO_STEPS:g}x its steps at all of them ('none': no rule that fixes Θ before the "
+              "target is known can pass the auto check there, within the tried grid)")
+        print_table(["setting", "cheapest Θ per target", "Θ passing at every target"], target_blind(all_points))
     print(text.getvalue(), end="")
     with open(args.out + ".txt", "w") as fh:
         fh.write(text.getvalue())

@@ -427,3 +427,22 @@ def test_an_overhead_goal_is_judged_only_when_the_ratios_stand_clear_of_the_nois
     assert fda_overhead.goal_verdict(1.01, 1.05, 1.03, 0.0) == "borderline"
     # a drifting host (baseline 15.6-20.2 ms/step): a paired 0.993 says nothing about a 3 % goal
     assert fda_overhead.goal_verdict(0.810, 0.993, 1.03, 0.24) == "inconclusive"
+
+
+def test_one_theta_for_every_target_is_named_or_ruled_out():
+    import frontier
+
+    def pt(setting, knob, target, steps, gb, reached=True):
+        return dict(setting=setting, family="linearfda", auto=False, knob=knob, target=target, reached=reached,
+                    steps=steps, gb=gb)
+    pts = [  # "a": Θ=4 is cheapest at 0.8 but misses 0.85, which only Θ=1 reaches; Θ=1 costs 3x at 0.8
+        pt("a", "Θ=1", 0.8, 300, 0.3), pt("a", "Θ=4", 0.8, 300, 0.1),
+        pt("a", "Θ=1", 0.85, 500, 0.5), pt("a", "Θ=4", 0.85, 900, 0.2, reached=False),
+        # "b": Θ=8 within 1.5x the GB and 1.1x the steps of the cheapest at both targets
+        pt("b", "Θ=8", 0.8, 300, 0.12), pt("b", "Θ=16", 0.8, 300, 0.1),
+        pt("b", "Θ=8", 0.85, 500, 0.2), pt("b", "Θ=16", 0.85, 900, 0.1, reached=False),
+        pt("c", "Θ=8", 0.8, 300, 0.1)]  # one target: no row
+    rows = {r[0]: r for r in frontier.target_blind(pts)}
+    assert set(rows) == {"a", "b"}
+    assert rows["a"][1:] == ["0.8: Θ=4, 0.85: Θ=1", "none"]
+    assert rows["b"][1:] == ["0.8: Θ=16, 0.85: Θ=8", "Θ=8"]
