@@ -489,16 +489,16 @@ def target_blind(pts: list[dict], family: str = "linearfda") -> list[list[str]]:
     as far as the tried grid shows (a Θ between two grid points is not ruled out)."""
     rows = []
     for setting in dict.fromkeys(p["setting"] for p in pts):
-        g = [p for p in pts if p["setting"] == setting and p["family"] == family and not p["auto"]]
-        targets = sorted({p["target"] for p in pts if p["setting"] == setting})
-        best = {t: min((p for p in g if p["target"] == t and p["reached"]), key=lambda p: p["gb"], default=None)
-                for t in targets}
-        best = {t: b for t, b in best.items() if b is not None}
+        reached = {(p["knob"], p["target"]): p for p in pts
+                   if p["setting"] == setting and p["family"] == family and not p["auto"] and p["reached"]}
+        best = {}
+        for (_, t), p in sorted(reached.items(), key=lambda kv: kv[0][1]):
+            if t not in best or p["gb"] < best[t]["gb"]:
+                best[t] = p
         if len(best) < 2:
             continue
-        passing = [k for k in dict.fromkeys(p["knob"] for p in g)
-                   if all(any(p["knob"] == k and p["target"] == t and p["reached"] and auto_check(p, b) for p in g)
-                          for t, b in best.items())]
+        passing = [k for k in dict.fromkeys(k for k, _ in reached)
+                   if all((k, t) in reached and auto_check(reached[k, t], b) for t, b in best.items())]
         rows.append([setting, ", ".join(f"{t:g}: {b['knob']}" for t, b in best.items()), ", ".join(passing) or "none"])
     return rows
 
