@@ -473,8 +473,8 @@ def regimes(pts: list[dict]) -> list[list[str]]:
                   for fams in (FDA, ("fedavg",))]
         leads = frontier_leads(ok)
         rows.append([setting, f"{target:g}", " / ".join("-" if s is None else f"{s:.0f}" for s in fewest),
-                     " / ".join("-" if x is None else f"{format_lead(x[0])} ({x[1]['knob']} vs {x[2]['knob']})"
-                                for x in leads),
+                     " / ".join("-" if x is None else f"{format_lead(x[0])} ({x[1]['knob']} vs {x[2]['knob']}, "
+                                f"{seed_count(x[1], x[2])})" for x in leads),
                      screen_verdict(*(x and x[0] for x in leads)), f"{sum(dominates(p, q) for p, q in pairs)} of {len(pairs)}",
                      cheapest_theta_edge(g), "; ".join(checks) or "-"])
     return rows
@@ -501,6 +501,12 @@ def target_blind(pts: list[dict], family: str = "linearfda") -> list[list[str]]:
                    if all((k, t) in reached and auto_check(reached[k, t], b) for t, b in best.items())]
         rows.append([setting, ", ".join(f"{t:g}: {b['knob']}" for t, b in best.items()), ", ".join(passing) or "none"])
     return rows
+
+
+def seed_count(a: dict, b: dict) -> str:
+    """How many seeds the two points of a lead are medians over: '3 seeds', '1 seed', or '3/1 seeds'."""
+    n, m = a["seeds"], b["seeds"]
+    return f"{n} seed{'s' * (n > 1)}" if n == m else f"{n}/{m} seeds"
 
 
 def format_lead(lead: float) -> str:
@@ -644,7 +650,7 @@ def main(argv=None) -> int:
             print("  " + v)
         print("\nPer regime: the fewest steps to the target (FDA / FedAvg); each family's lead (FDA / FedAvg): the most "
               f"times fewer GB its cheapest run within a step budget needs than the other's within {SLACK:g}x that budget "
-              f"(verdict: a lead over {CONFIRM:g}x); FedAvg points FDA "
+              f"(the pair that sets it, and the seeds each point is a median over; verdict: a lead over {CONFIRM:g}x); FedAvg points FDA "
               "dominates (<= steps, <= 1/2 the GB); LinearFDA's cheapest tuned Θ and where it sits in the grid "
               "(reach edge: every larger Θ missed the target in the cap); --theta auto against the cheapest tuned Θ of its trigger "
               f"(check: <= {AUTO_GB:g}x its GB in <= {AUTO_STEPS:g}x its steps)")

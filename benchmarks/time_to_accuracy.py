@@ -33,6 +33,7 @@ import sys
 import _common  # noqa: F401
 from _common import REPO_ROOT, print_report
 from cost_model import FABRICS, fabric_allreduce_seconds
+import frontier
 from frontier import FDA
 
 
@@ -40,6 +41,8 @@ def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--frontier", default=os.path.join(REPO_ROOT, "benchmarks", "frontier.csv"))
     p.add_argument("--scaling", default=os.path.join(REPO_ROOT, "benchmarks", "scaling.csv"))
+    p.add_argument("--markdown", action="store_true",
+                   help="print only the README's regime table (frontier's per-regime rows beside the modelled times)")
     return p.parse_args(argv)
 
 
@@ -98,6 +101,54 @@ def seconds(row: dict, d: int, compute: float, fabric: str) -> tuple[float, int]
     return steps * compute + comm, syncs
 
 
+def fastest(rows: list[dict], d: int, compute: dict[tuple[str, str], float]) -> tuple[list[list], list[str], list[str]]:
+    """One setting and target's runs priced on every fabric: (the per-run table, the fastest
+    family per fabric with its lead over the runner-up, FedAvg's fastest time over FDA's per fabric)."""
+    table, winners, fda_over_avg = [], [], []
+    for fabric in FABRICS:
+        best: dict[str, tuple[float, dict, int]] = {}
+        for r in rows:
+            c = compute[r["model"], r["family"].partition("-")[0]]  # fedavg-sgd: FedAvg's step (Adam's, measured)
+            t, syncs = seconds(r, d, c, fabric)
+            if r["family"] not in best or t < best[r["family"]][0]:
+                best[r["family"]] = (t, r, syncs)
+        order = sorted(best.items(), key=lambda kv: kv[1][0])
+        win, (t_win, _, _) = order[0]
+        ahead = f"{order[1][1][0] / t_win:.2f}x ahead of {order[1][0]}" if len(order) > 1 else None
+        lead = f"fastest, {ahead}" if ahead else "fastest (the only family that reached the target)"
+        for family, (t, r, syncs) in sorted(best.items()):
+            name = f"{family} {r['knob'] or ''}{' auto' if r['auto'] == 'True' else ''}".strip()
+            table.append([fabric, name, r["steps"], syncs, f"{t:.1f}",
+                          lead if family == win else f"{t / t_win:.2f}x the fastest"])
+        winners.append(f"{win} ({order[1][1][0] / t_win:.2f}x)" if len(order) > 1 else f"{win} (alone)")
+        fda = min((v[0] for f, v in best.items() if f in FDA), default=None)
+        fda_over_avg.append(f"{best['fedavg'][0] / fda:.2f}x" if fda and "fedavg" in best else "-")
+    return table, winners, fda_over_avg
+
+
+def regime_name(setting: str) -> str:
+    """'lenet5/classes:2@8/sgd:0.1' -> 'classes:2, K=8, SGD lr 0.1' (the model named unless LeNet-5; no
+    optimizer: the presets' Adam 1e-3, named without its rate)."""
+    s = frontier.parse_setting(setting)
+    opt = {"sgd": "SGD", "momentum": "momentum", "adam": "Adam"}.get(s.optimizer or "adam", s.optimizer)
+    rate = f" lr {s.lr:g}" if s.lr is not None and opt != "Adam" else ""
+    return f"{s.partition}, K={s.workers}, {opt}{rate}" + ("" if s.model == "lenet5" else f", {s.model}")
+
+
+def markdown(summaries: dict[tuple[str, float], tuple[list[str], list[str]]], points: list[dict]) -> list[str]:
+    """The README's regime table: frontier's per-regime row (fewest steps, each family's lead
+    in bytes with its pair and seeds, verdict) beside the modelled time (FedAvg/FDA, fastest family)."""
+    short = {"ethernet-10g": "10G", "infiniband-100g": "IB", "cross-site-1g": "1G"}
+    head = ["regime", "target", "fewest steps FDA / FedAvg", "lead in bytes FDA / FedAvg (pair, seeds)", "verdict",
+            "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS), "fastest on " + " / ".join(short[f] for f in FABRICS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for setting, target, steps, leads, verdict, *_ in frontier.regimes(points):
+        winners, ratio = summaries.get((setting, float(target)), (["-"] * len(FABRICS), ["-"] * len(FABRICS)))
+        fastest_ = " / ".join(w.partition(" (")[0] for w in winners)
+        lines.append(f"| {regime_name(setting)} | {target} | {steps} | {leads} | {verdict} | {' / '.join(ratio)} | {fastest_} |")
+    return lines
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     compute = compute_per_step(args.scaling)
@@ -106,34 +157,21 @@ def main(argv=None) -> int:
     params: dict[str, int] = {}
     by_case: dict[tuple[str, str], list[dict]] = {}
     summary: list[list[str]] = []
+    summaries: dict[tuple[str, float], tuple[list[str], list[str]]] = {}
     for r in runs:
         by_case.setdefault((r["setting"], r["target"]), []).append(r)
     for (setting, target), rows in by_case.items():
-        model = rows[0]["model"]
-        d = params.setdefault(model, model_params(model))
-        table, winners, fda_over_avg = [], [], []
-        for fabric in FABRICS:
-            best: dict[str, tuple[float, dict, int]] = {}
-            for r in rows:
-                c = compute[model, r["family"].partition("-")[0]]  # fedavg-sgd: FedAvg's step (Adam's, measured)
-                t, syncs = seconds(r, d, c, fabric)
-                if r["family"] not in best or t < best[r["family"]][0]:
-                    best[r["family"]] = (t, r, syncs)
-            order = sorted(best.items(), key=lambda kv: kv[1][0])
-            win, (t_win, _, _) = order[0]
-            ahead = f"{order[1][1][0] / t_win:.2f}x ahead of {order[1][0]}" if len(order) > 1 else None
-            lead = f"fastest, {ahead}" if ahead else "fastest (the only family that reached the target)"
-            for family, (t, r, syncs) in sorted(best.items()):
-                name = f"{family} {r['knob'] or ''}{' auto' if r['auto'] == 'True' else ''}".strip()
-                table.append([fabric, name, r["steps"], syncs, f"{t:.1f}",
-                              lead if family == win else f"{t / t_win:.2f}x the fastest"])
-            winners.append(f"{win} ({order[1][1][0] / t_win:.2f}x)" if len(order) > 1 else f"{win} (alone)")
-            fda = min((v[0] for f, v in best.items() if f in FDA), default=None)
-            fda_over_avg.append(f"{best['fedavg'][0] / fda:.2f}x" if fda and "fedavg" in best else "-")
+        d = params.setdefault(rows[0]["model"], model_params(rows[0]["model"]))
+        table, winners, fda_over_avg = fastest(rows, d, compute)
         summary.append([setting, target, *winners, *fda_over_avg])
-        print_report(f"{setting}, target {target}: modelled wall time to the target (K ranks, d = {d:,})",
-                     ["fabric", "family's fastest run", "steps", "model syncs", "seconds", ""], table,
-                     "model syncs: model AllReduces to the target, from the run's measured bytes; seconds: modelled")
+        summaries[setting, float(target)] = (winners, fda_over_avg)
+        if not args.markdown:
+            print_report(f"{setting}, target {target}: modelled wall time to the target (K ranks, d = {d:,})",
+                         ["fabric", "family's fastest run", "steps", "model syncs", "seconds", ""], table,
+                         "model syncs: model AllReduces to the target, from the run's measured bytes; seconds: modelled")
+    if args.markdown:
+        print("\n".join(markdown(summaries, frontier.read_points([args.frontier]))))
+        return 0
     names = list(FABRICS)
     print_report("Fastest family per setting, target and fabric (its lead over the runner-up), and FedAvg's fastest "
                  "time over FDA's (above 1: FDA is faster)", ["setting", "target", *names, *(f"FedAvg/FDA {n}" for n in names)],
@@ -141,7 +179,6 @@ def main(argv=None) -> int:
     fab = "; ".join(f"{name}: {f.gbps:g} Gb/s, α = {f.latency_us:g} µs" for name, f in FABRICS.items())
     print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

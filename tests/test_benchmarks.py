@@ -238,7 +238,9 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     free = [pt("fedavg", "8 ep", 1000, 0.0), pt("linearfda", "Θ=64", 1000, 0.004)]
     assert frontier.frontier_leads(free)[1][0] == math.inf and frontier.screen_verdict(0.0, math.inf) == "FDA behind"
     row = frontier.regimes(pts)[0]
-    assert row[2:5] == ["900 / 1200", "2.50x (Θ=4 vs 1 ep) / 0.55x (2 ep vs Θ=64)", "FDA ahead"]
+    assert row[2:5] == ["900 / 1200", "2.50x (Θ=4 vs 1 ep, 1 seed) / 0.55x (2 ep vs Θ=64, 1 seed)", "FDA ahead"]
+    assert frontier.seed_count(dict(seeds=3), dict(seeds=3)) == "3 seeds"
+    assert frontier.seed_count(dict(seeds=3), dict(seeds=1)) == "3/1 seeds"
     assert row[6] == "Θ=64 (grid top)"  # the cheapest tuned LinearFDA is the largest Θ tried
     missed = [dict(p, reached=False) if p["knob"] == "Θ=64" else p for p in pts]
     assert frontier.cheapest_theta_edge(missed) == "Θ=16 (reach edge)"  # Θ=64 missed: 16 is as far as the cap allows
@@ -361,6 +363,36 @@ def test_time_to_accuracy_names_the_fastest_family_even_when_it_is_the_only_one(
     summary = out.split("Fastest family")[1]
     assert "synchronous (alone)" in summary and "fedavg" not in summary.split("\n", 1)[1]
     assert " 600 " in out  # the recovered model syncs: one per step
+
+
+def test_time_to_accuracy_markdown_joins_the_regime_row_and_the_modelled_times(tmp_path, capsys):
+    """--markdown prints the README's regime table: frontier's lead (pair and seeds) beside the time columns."""
+    import time_to_accuracy as tta
+
+    assert tta.regime_name("lenet5/classes:2@8/sgd:0.1") == "classes:2, K=8, SGD lr 0.1"
+    assert tta.regime_name("cnn/iid@8") == "iid, K=8, Adam, cnn"
+    scaling = tmp_path / "scaling.csv"
+    scaling.write_text("model,strategy,part,compute_seconds\nlenet5,fedavg,projected,0.004\n"
+                       "lenet5,linearfda,projected,0.004\n")
+    d = tta.model_params("lenet5")
+    model_gb = 2 * 4 * 4 * d / 1e9  # one model AllReduce at K = 4
+    head = "setting,model,workers,target,family,knob,auto,reached,steps,gb,syncs,seeds,reached_seeds,run_files\n"
+    # FedAvg: 10 syncs in 1000 steps; LinearFDA: 2 syncs in 1000 steps plus 1000 monitored 8-byte states
+    fda_gb = 2 * model_gb + 4 * 1000 * 8 / 1e9
+    frontier = tmp_path / "frontier.csv"
+    frontier.write_text(head + f"lenet5/iid@4/sgd:0.1,lenet5,4,0.9,fedavg,0.25 ep,False,True,1000,{10 * model_gb},10,3,3,x\n"
+                        f"lenet5/iid@4/sgd:0.1,lenet5,4,0.9,linearfda,Θ=1,False,True,1000,{fda_gb},2,1,1,y\n")
+    assert tta.main(["--frontier", str(frontier), "--scaling", str(scaling), "--markdown"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("| regime | target |") and len(lines) == 3
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    lead = 10 * model_gb / fda_gb
+    assert cells[:5] == ["iid, K=4, SGD lr 0.1", "0.9", "1000 / 1000",
+                         f"{lead:.2f}x (Θ=1 vs 0.25 ep, 1/3 seeds) / {1 / lead:.2f}x (0.25 ep vs Θ=1, 3/1 seeds)", "FDA ahead"]
+    # the time columns agree with each other: FDA is fastest exactly where FedAvg's time over FDA's is above 1
+    ratios, winners = [float(x.rstrip("x")) for x in cells[5].split(" / ")], cells[6].split(" / ")
+    assert winners == ["linearfda" if r > 1 else "fedavg" for r in ratios] and len(winners) == 3
+    assert winners[2] == "fedavg"  # across sites, 1000 per-step state reductions at α = 10 ms outweigh 8 model syncs
 
 
 def test_semiasync_aggregate_projection_is_the_stated_model():
