@@ -137,15 +137,20 @@ def regime_name(setting: str) -> str:
 
 def markdown(summaries: dict[tuple[str, float], tuple[list[str], list[str]]], points: list[dict]) -> list[str]:
     """The README's regime table: frontier's per-regime row (fewest steps, each family's lead
-    in bytes with its pair and seeds, verdict) beside the modelled time (FedAvg/FDA, fastest family)."""
+    in bytes with its pair and seeds, verdict, the default auto run's check against the cheapest
+    tuned Θ) beside the modelled time (FedAvg/FDA, fastest family)."""
     short = {"ethernet-10g": "10G", "infiniband-100g": "IB", "cross-site-1g": "1G"}
     head = ["regime", "target", "fewest steps FDA / FedAvg", "lead in bytes FDA / FedAvg (pair, seeds)", "verdict",
-            "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS), "fastest on " + " / ".join(short[f] for f in FABRICS)]
+            "LinearFDA auto (1 ep) / cheapest tuned Θ", "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS),
+            "fastest on " + " / ".join(short[f] for f in FABRICS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for setting, target, steps, leads, verdict, *_ in frontier.regimes(points):
+    auto = "linearfda auto (1 ep) "
+    for setting, target, steps, leads, verdict, _, _, checks in frontier.regimes(points):
+        check = next((c[len(auto):] for c in checks.split("; ") if c.startswith(auto)), "-")
         winners, ratio = summaries.get((setting, float(target)), (["-"] * len(FABRICS), ["-"] * len(FABRICS)))
         fastest_ = " / ".join(w.partition(" (")[0] for w in winners)
-        lines.append(f"| {regime_name(setting)} | {target} | {steps} | {leads} | {verdict} | {' / '.join(ratio)} | {fastest_} |")
+        lines.append(f"| {regime_name(setting)} | {target} | {steps} | {leads} | {verdict} | {check} | {' / '.join(ratio)} "
+                     f"| {fastest_} |")
     return lines
 
 
