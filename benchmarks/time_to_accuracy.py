@@ -1,6 +1,7 @@
 """Time to accuracy on modelled fabrics, from the frontier's measured runs.
 
     python benchmarks/time_to_accuracy.py        # reads benchmarks/frontier.csv and benchmarks/scaling.csv
+    python benchmarks/time_to_accuracy.py --markdown   # the README's regime table, from the same CSVs
 
 For every run of ``frontier.csv`` that reached its target: the wall time it would take on K
 ranks joined by each fabric of :data:`cost_model.FABRICS` (10 Gb/s Ethernet, 100 Gb/s
@@ -161,14 +162,12 @@ def main(argv=None) -> int:
         runs = [r for r in csv.DictReader(fh) if r["reached"] == "True"]
     params: dict[str, int] = {}
     by_case: dict[tuple[str, str], list[dict]] = {}
-    summary: list[list[str]] = []
     summaries: dict[tuple[str, float], tuple[list[str], list[str]]] = {}
     for r in runs:
         by_case.setdefault((r["setting"], r["target"]), []).append(r)
     for (setting, target), rows in by_case.items():
         d = params.setdefault(rows[0]["model"], model_params(rows[0]["model"]))
         table, winners, fda_over_avg = fastest(rows, d, compute)
-        summary.append([setting, target, *winners, *fda_over_avg])
         summaries[setting, float(target)] = (winners, fda_over_avg)
         if not args.markdown:
             print_report(f"{setting}, target {target}: modelled wall time to the target (K ranks, d = {d:,})",
@@ -180,10 +179,11 @@ def main(argv=None) -> int:
     names = list(FABRICS)
     print_report("Fastest family per setting, target and fabric (its lead over the runner-up), and FedAvg's fastest "
                  "time over FDA's (above 1: FDA is faster)", ["setting", "target", *names, *(f"FedAvg/FDA {n}" for n in names)],
-                 summary, "FDA: the faster of LinearFDA and SketchFDA, tuned Θ or auto; - where one of them missed the target")
+                 [[s, f"{t:g}", *w, *r] for (s, t), (w, r) in summaries.items()], "FDA: the faster of LinearFDA and SketchFDA, tuned Θ or auto; - where one of them missed the target")
     fab = "; ".join(f"{name}: {f.gbps:g} Gb/s, α = {f.latency_us:g} µs" for name, f in FABRICS.items())
     print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
