@@ -650,7 +650,8 @@ def main(argv=None) -> int:
             print("  " + v)
         print("\nPer regime: the fewest steps to the target (FDA / FedAvg); each family's lead (FDA / FedAvg): the most "
               f"times fewer GB its cheapest run within a step budget needs than the other's within {SLACK:g}x that budget "
-              f"(the pair that sets it, and the seeds each point is a median over; verdict: a lead over {CONFIRM:g}x); FedAvg points FDA "
+              "(the pair that sets it, and the seeds each point is a median over; "
+              f"verdict: a lead over {CONFIRM:g}x); FedAvg points FDA "
               "dominates (<= steps, <= 1/2 the GB); LinearFDA's cheapest tuned Θ and where it sits in the grid "
               "(reach edge: every larger Θ missed the target in the cap); --theta auto against the cheapest tuned Θ of its trigger "
               f"(check: <= {AUTO_GB:g}x its GB in <= {AUTO_STEPS:g}x its steps)")

@@ -179,7 +179,8 @@ def main(argv=None) -> int:
     names = list(FABRICS)
     print_report("Fastest family per setting, target and fabric (its lead over the runner-up), and FedAvg's fastest "
                  "time over FDA's (above 1: FDA is faster)", ["setting", "target", *names, *(f"FedAvg/FDA {n}" for n in names)],
-                 [[s, f"{t:g}", *w, *r] for (s, t), (w, r) in summaries.items()], "FDA: the faster of LinearFDA and SketchFDA, tuned Θ or auto; - where one of them missed the target")
+                 [[s, f"{t:g}", *w, *r] for (s, t), (w, r) in summaries.items()],
+                 "FDA: the faster of LinearFDA and SketchFDA, tuned Θ or auto; - where one of them missed the target")
     fab = "; ".join(f"{name}: {f.gbps:g} Gb/s, α = {f.latency_us:g} µs" for name, f in FABRICS.items())
     print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
     return 0

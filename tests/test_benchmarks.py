@@ -377,11 +377,13 @@ def test_time_to_accuracy_markdown_joins_the_regime_row_and_the_modelled_times(t
     d = tta.model_params("lenet5")
     model_gb = 2 * 4 * 4 * d / 1e9  # one model AllReduce at K = 4
     head = "setting,model,workers,target,family,knob,auto,reached,steps,gb,syncs,seeds,reached_seeds,run_files\n"
-    # FedAvg: 10 syncs in 1000 steps; LinearFDA: 2 syncs in 1000 steps plus 1000 monitored 8-byte states
+    # FedAvg: 10 syncs in 1000 steps; LinearFDA: 2 syncs in 1000 steps plus 1000 monitored 8-byte states;
+    # its auto run: twice Θ=1's bytes in 1100 steps (leaves both leads and the times as they are)
     fda_gb = 2 * model_gb + 4 * 1000 * 8 / 1e9
     frontier = tmp_path / "frontier.csv"
     frontier.write_text(head + f"lenet5/iid@4/sgd:0.1,lenet5,4,0.9,fedavg,0.25 ep,False,True,1000,{10 * model_gb},10,3,3,x\n"
-                        f"lenet5/iid@4/sgd:0.1,lenet5,4,0.9,linearfda,Θ=1,False,True,1000,{fda_gb},2,1,1,y\n")
+                        f"lenet5/iid@4/sgd:0.1,lenet5,4,0.9,linearfda,Θ=1,False,True,1000,{fda_gb},2,1,1,y\n"
+                        f"lenet5/iid@4/sgd:0.1,lenet5,4,0.9,linearfda,auto (1 ep),True,True,1100,{2 * fda_gb},4,1,1,z\n")
     assert tta.main(["--frontier", str(frontier), "--scaling", str(scaling), "--markdown"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("| regime | target |") and len(lines) == 3
@@ -389,8 +391,8 @@ def test_time_to_accuracy_markdown_joins_the_regime_row_and_the_modelled_times(t
     lead = 10 * model_gb / fda_gb
     assert cells[:5] == ["iid, K=4, SGD lr 0.1", "0.9", "1000 / 1000",
                          f"{lead:.2f}x (Θ=1 vs 0.25 ep, 1/3 seeds) / {1 / lead:.2f}x (0.25 ep vs Θ=1, 3/1 seeds)", "FDA ahead"]
+    assert cells[5] == "2.00x GB, 1.10x steps: missed"  # auto against the cheapest tuned Θ (1.1x the steps is within)
     # the time columns agree with each other: FDA is fastest exactly where FedAvg's time over FDA's is above 1
-    assert cells[5] == "-"  # no auto run
     ratios, winners = [float(x.rstrip("x")) for x in cells[6].split(" / ")], cells[7].split(" / ")
     assert winners == ["linearfda" if r > 1 else "fedavg" for r in ratios] and len(winners) == 3
     assert winners[2] == "fedavg"  # across sites, 1000 per-step state reductions at α = 10 ms outweigh 8 model syncs
