@@ -360,6 +360,14 @@ def screen_verdict(fda_lead: float | None, fedavg_lead: float | None) -> str:
     return {(True, False): "FDA ahead", (False, True): "FDA behind", (True, True): "mixed"}.get((ahead, behind), "even")
 
 
+def unchecked(auto: dict) -> str:
+    """An auto run's verdict where no tuned Θ of its trigger reached the target: the bar has
+    nothing to compare with, so the run is reported, not counted as met or missed."""
+    if auto["reached"]:
+        return f"reached it ({auto['steps']:.0f} steps, {auto['gb']:.4f} GB) where no tuned Θ did: no check"
+    return "not reached, nor by any tuned Θ: no check"
+
+
 def cheapest_tuned(auto: dict, ok: list[dict]) -> dict | None:
     """The cheapest run of ``auto``'s trigger with a tuned Θ that reached the target."""
     tuned = [p for p in ok if p["family"] == auto["family"] and not p["auto"]]
@@ -435,6 +443,9 @@ def report(pts: list[dict]) -> list[str]:
         for auto in [p for p in g if p["auto"]]:
             best = cheapest_tuned(auto, ok)
             if best is None:
+                line = f"{label(auto)} {unchecked(auto)}"
+                print(line)
+                verdicts.append(f"{setting} @ {target:g}: {line}")
                 continue
             tuned = [p for p in fda if p["family"] == auto["family"]]
             near = cheapest_within(tuned, auto["steps"]) if auto["reached"] else None
@@ -465,10 +476,14 @@ def regimes(pts: list[dict]) -> list[list[str]]:
         checks = []
         for auto in sorted((p for p in g if p["auto"]), key=label):
             best = cheapest_tuned(auto, ok)
-            if best is not None:
+            if best is None:
+                verdict = unchecked(auto)
+            elif auto["reached"]:
                 verdict = (f"{auto['gb'] / best['gb']:.2f}x GB, {auto['steps'] / best['steps']:.2f}x steps: "
-                           f"{'met' if auto_check(auto, best) else 'missed'}") if auto["reached"] else "not reached: missed"
-                checks.append(f"{label(auto)} {verdict}")
+                           f"{'met' if auto_check(auto, best) else 'missed'}")
+            else:
+                verdict = "not reached: missed"
+            checks.append(f"{label(auto)} {verdict}")
         fewest = [min((p["steps"] for p in ok if p["family"] in fams), default=None)
                   for fams in (FDA, ("fedavg",))]
         leads = frontier_leads(ok)

@@ -246,6 +246,11 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     assert frontier.cheapest_theta_edge(missed) == "Θ=16 (reach edge)"  # Θ=64 missed: 16 is as far as the cap allows
     cheap16 = [dict(p, gb=0.005) if p["knob"] == "Θ=16" else p for p in pts]
     assert frontier.cheapest_theta_edge(cheap16) == "Θ=16 (inside)" and frontier.cheapest_theta_edge(pts[:4]) == "-"
+    # an auto run where no tuned Θ of its trigger reached the target: reported, neither met nor missed
+    lone = [pt("fedavg", "1 ep", 1200, 0.02), pt("linearfda", "Θ=64", 3000, 0.004, False), pt("linearfda", "auto (1 ep)", 2500, 0.01)]
+    assert frontier.regimes(lone)[0][7] == "linearfda auto (1 ep) reached it (2500 steps, 0.0100 GB) where no tuned Θ did: no check"
+    assert any(v.endswith("linearfda auto (1 ep) not reached, nor by any tuned Θ: no check")
+               for v in frontier.report([dict(p, reached=False) for p in lone[1:]] + lone[:1]))
     paper = next(v for v in verdicts if "FDA paper's comparison" in v)
     assert "fedavg-sgd 1 ep, sgd 0.05 1450 steps 0.0120 GB" in paper and "linearfda Θ=16 0.0060 GB (2.00x fewer bytes)" in paper
 
