@@ -118,7 +118,7 @@ def fastest(rows: list[dict], d: int, compute: dict[tuple[str, str], float]) -> 
         ahead = f"{order[1][1][0] / t_win:.2f}x ahead of {order[1][0]}" if len(order) > 1 else None
         lead = f"fastest, {ahead}" if ahead else "fastest (the only family that reached the target)"
         for family, (t, r, syncs) in sorted(best.items()):
-            name = f"{family} {r['knob'] or ''}{' auto' if r['auto'] == 'True' else ''}".strip()
+            name = f"{family} {r['knob']}".strip()  # an auto run's knob names it: "auto (1 ep)"
             table.append([fabric, name, r["steps"], syncs, f"{t:.1f}",
                           lead if family == win else f"{t / t_win:.2f}x the fastest"])
         winners.append(f"{win} ({order[1][1][0] / t_win:.2f}x)" if len(order) > 1 else f"{win} (alone)")
