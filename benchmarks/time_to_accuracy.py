@@ -442,6 +442,25 @@ def comm_bound(rows: list[dict]) -> list[list]:
     return out
 
 
+def causes(rows: list[dict]) -> str:
+    """How many missed or far rows each part of the excess time leads: 'monitoring 12, extra steps 3'."""
+    c: dict[str, int] = {}
+    for r in rows:
+        if r["verdict"] in ("missed", "far") and r["why"] != "-":
+            lead = r["why"].split(" ")[0] if r["why"].startswith("monitoring") else " ".join(r["why"].split(" ")[:2])
+            c[lead] = c.get(lead, 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def fastest_families(rows: list[dict]) -> str:
+    """'fedavg 19, synchronous 21, linearfda 13': how many setting-target rows each family's run is fastest in."""
+    c: dict[str, int] = {}
+    for r in rows:
+        fam = r["fastest"].split(" ")[0]
+        c[fam] = c.get(fam, 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items(), key=lambda kv: -kv[1]))
+
+
 def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT) -> None:
     """Prints the per-row report of issue 40 item 5: the table, the counts per scenario, the comm-bound rows."""
     formula = {"rabenseifner": "T(n, K) = 2·ceil(log2 K)·α + 2·(K−1)/K·n·β (reduce-scatter + allgather, Rabenseifner)",
@@ -467,9 +486,15 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
         groups: dict[tuple, list[dict]] = {}
         for r in mine:
             groups.setdefault((r["size"] if not r["own_size"] else "own", step_name(r["step"]), r["fabric"]), []).append(r)
-        print_report(f"Verdict counts for {method} per (d, step, fabric)", ["d", "step", "fabric", "counts"],
-                     [[f"{d:,}" if d != "own" else "own", s, f, count_line(counts(g))] for (d, s, f), g in groups.items()],
-                     f"all rows: {count_line(counts(mine))}")
+        print_report(f"Verdict counts for {method} per (d, step, fabric)", ["d", "step", "fabric", "counts", "misses' main cause"],
+                     [[f"{d:,}" if d != "own" else "own", s, f, count_line(counts(g)), causes(g)]
+                      for (d, s, f), g in groups.items()],
+                     f"all rows: {count_line(counts(mine))}; misses' main cause: {causes(mine)}")
+        if method == next(iter(dict.fromkeys(r["method"] for r in rows))):  # the fastest run does not depend on it
+            print_report("Fastest method per (d, step, fabric): setting-target rows each family is fastest in",
+                         ["d", "step", "fabric", "fastest family: rows"],
+                         [[f"{d:,}" if d != "own" else "own", s, f, fastest_families(g)] for (d, s, f), g in groups.items()],
+                         "family of the fastest run of every kind (tuned, tuning-free or another auto run)")
         bound = comm_bound(mine)
         print_report(f"Rows where a synchronous step is >= 50 % communication: {method} against Synchronous",
                      ["d", "step", "fabric", "setting", "target", "method", "sync comm", "Synchronous s", "tuning-free s",
