@@ -508,6 +508,8 @@ def test_time_model_rows_name_the_fastest_the_best_tuned_and_the_comm_bound_fami
     assert len(bound) == 2 and bound[0][9] == f"{sync / free:.2f}x" and bound[0][10] == "not met"  # 0.98x < 1.5x
     c = tta.counts(rows)
     assert c["missed"] + c["met"] + c["far"] == 2 and "of 2 met" in tta.count_line(c)
+    assert stated["verdict"] == "far" and stated["why"].startswith("monitoring")  # 62 checks of 10 ms against 0.3 s
+    assert tta.causes(rows) == "monitoring 2" and tta.fastest_families(rows) == "linearfda 2"
     # a stated model size leaves out the measured step (the CPU measured the model as it is) and prices 4·d_price bytes
     big = tta.time_rows(runs, {"m": d}, compute, [{"*": 1e6}], [None, 0.001], fabrics=("cross-site-1g",),
                         tuning_free=("linearfda auto (0.4 ep)",))
