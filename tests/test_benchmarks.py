@@ -532,6 +532,30 @@ def test_time_to_accuracy_rejects_bad_step_times_and_model_sizes(capsys):
     assert tta.priced_d({"cnn": 1e7}, "lenet5", 61706) == 61706 and tta.priced_d({"*": 2e6}, "cnn", 5) == 2 * 10**6
 
 
+def test_slow_link_model_and_its_measures_by_hand():
+    import slow_link as sl
+
+    assert sl.rate_bps("1gbit") == 1e9 and sl.rate_bps("100mbit") == 1e8 and sl.rate_bps("10Mbit") == 1e7
+    assert sl.rate_bps("1mbps") == 8e6  # tc's bytes per second
+    with pytest.raises(ValueError, match="e.g. 1gbit"):
+        sl.rate_bps("fast")
+    # noiseless two-rank times give back α and β: T(n) = 2α + nβ
+    alpha, beta = 1e-4, 8e-8
+    a, b = sl.fit([(n, 2 * alpha + n * beta) for n in sl.SIZES])
+    assert a == pytest.approx(alpha, rel=1e-9) and b == pytest.approx(beta, rel=1e-9)
+    # 3 syncs of 4d bytes and 100 checks of 8 bytes, by hand
+    d = sl.D
+    assert sl.comm_model(3, 100, alpha, beta) == pytest.approx(3 * (2e-4 + 4 * d * 8e-8) + 100 * (2e-4 + 64e-8))
+    assert sl.predict(100, 3, 100, 0.01, alpha, beta) == pytest.approx(1.0 + sl.comm_model(3, 100, alpha, beta))
+    # the segment starts at the stamp of step `first` (stamps[first - 1]) and holds the calls started inside it
+    stamps = [1.0, 2.0, 3.0, 4.0]
+    calls = [(0.5, 0.9, 8), (2.0, 2.25, 8), (3.5, 3.75, 8), (4.0, 4.5, 8)]
+    assert sl.segment(stamps, calls, 2) == (2.0, [0.25, 0.25])
+    # the link's time: per call the shorter of the ranks' times (the other also waited for its peer)
+    assert sl.link_seconds([[0.5, 0.1], [0.2, 0.3]]) == pytest.approx(0.3)
+    assert sl.link_seconds([[0.5, 0.1], [0.2]]) == pytest.approx(0.6)  # unmatched: rank 0's own
+
+
 def test_semiasync_aggregate_projection_is_the_stated_model():
     import semiasync_aggregate as sa
 
