@@ -21,6 +21,19 @@ measured:
 Printed per setting and target: each fabric's fastest run of each family and which family
 is fastest, with its lead. Compute is this machine's CPU; on a GPU it shrinks and the
 communication weighs more (``scaling.py``'s break-even column says by how much).
+
+Then the per-row report (docs/time_model.md): for each (model size, step time, fabric,
+setting, target) the fastest run, the communication share of a synchronous step, the best
+tuned run (Synchronous, FedAvg's τ grid, FDA's Θ grid, any other family's grid in the CSV)
+and the tuning-free run with its ratio, verdict (≤ 1.15× met, > 2× far) and why it misses;
+the counts; and the rows where a synchronous step is ≥ 50 % communication:
+
+    python benchmarks/time_to_accuracy.py --step-ms measured,5,20,100 --model-size actual --model-size 1e7
+    python benchmarks/time_to_accuracy.py --collective ring --tuning-free 'linearfda auto (1 ep)'
+
+A stated step (``--step-ms``) is FedAvg's local step on a GPU node, each strategy's own work
+kept at its measured ratio to it; a stated model size prices the same measured curves as if
+the model had that many parameters (the syncs are still recovered with the model that ran).
 """
 
 from __future__ import annotations
