@@ -284,22 +284,26 @@ def report(args) -> int:
             syncs, monitored = int(r["syncs"]), int(r["monitored"])
             model = predict(float(r["steps"]), syncs, monitored, step, alpha, beta)
             comm = comm_model(syncs, monitored, alpha, beta)
+            fitted = comm_model(syncs, monitored, float(r["alpha_fit"]), float(r["beta_fit"]))
             wall, comm_meas = float(r["seconds"]), float(r["link_seconds"])
             wall_ok.append(abs(wall / model - 1) <= 0.2)
             comm_ok.append(abs(comm_meas / comm - 1) <= 0.2 if comm > 0 else None)
             table.append([rate, r["pass"], r["method"], r["steps"], syncs, monitored, f"{step * 1e3:.1f}",
                           f"{wall:.2f}", f"{model:.2f}", f"{wall / model:.2f}", f"{float(r['comm_seconds']):.3f}",
                           f"{comm_meas:.3f}", f"{comm:.3f}",
-                          f"{comm_meas / comm:.2f}" if comm > 0 else "-",
+                          f"{comm_meas / comm:.2f}" if comm > 0 else "-", f"{fitted:.3f}",
+                          f"{comm_meas / fitted:.2f}" if fitted > 0 else "-",
                           "yes" if wall_ok[-1] else "no"])
     print_report(f"Measured segment ({STEPS - WARMUP} steps, {WARMUP} to {STEPS}, rank 0) against the model",
                  ["rate", "pass", "method", "steps", "syncs", "monitored", "ref ms/step", "wall s", "model s",
-                  "wall/model", "rank 0 in collectives s", "link s", "model comm s", "link/model", "wall within 20 %"],
+                  "wall/model", "rank 0 in collectives s", "link s", "model comm s", "link/model", "probe-fit comm s",
+                  "link/fit", "wall within 20 %"],
                  table,
                  "model: steps · step + syncs · (2α + 4d·β) + monitored · (2α + 8·β); step: the mean of the reference runs "
                  f"(no communication) just before and after, LinearFDA's × {ratio:.3f} (its own work, scaling.csv); "
                  "rank 0 in collectives: its seconds inside collective calls in the segment (waits for the peer included); "
-                 "link: per call the shorter of the two ranks' times, summed, against the model's comm term")
+                 "link: per call the shorter of the two ranks' times, summed, against the model's comm term; probe-fit: "
+                 "the same term with the probe's least-squares α and β (what the host and the link together delivered)")
     judged = [x for x in comm_ok if x is not None]
     print(f"{sum(wall_ok)} of {len(wall_ok)} runs' wall time within 20 % of the model; "
           f"{sum(judged)} of {len(judged)} runs' link time within 20 % of the model's communication term")
