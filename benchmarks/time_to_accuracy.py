@@ -68,6 +68,9 @@ def parse(argv=None) -> argparse.Namespace:
                         "for every model (10e6) or MODEL=COUNT[,...]; repeat for several (default: actual and 1e7)")
     p.add_argument("--collective", choices=sorted(COLLECTIVES), default="rabenseifner",
                    help="the AllReduce schedule of the per-row report's α–β time (default: %(default)s, as the rest)")
+    p.add_argument("--params", default="", metavar="MODEL=COUNT[,...]",
+                   help="the parameter count of a model this script cannot build (its runs' syncs are recovered "
+                        "with it), e.g. gpt=210000")
     p.add_argument("--baseline", default=DILOCO_DEFAULT,
                    help="the run label of the published-defaults baseline the comm-bound rows compare with "
                         "(default: %(default)s)")
@@ -80,6 +83,12 @@ def parse(argv=None) -> argparse.Namespace:
         args.sizes = [parse_size(x) for x in (args.model_size or ["actual", "1e7"])]
     except ValueError as exc:
         p.error(str(exc))
+    args.known = {}
+    for item in filter(None, (x.strip() for x in args.params.split(","))):
+        model, _, n = item.partition("=")
+        if not model or not n.isdigit() or int(n) < 1:
+            p.error(f"--params {item!r}: give MODEL=COUNT with a whole parameter count, e.g. gpt=210000")
+        args.known[model] = int(n)
     args.baseline = args.baseline.strip()
     args.free = tuple(x.strip() for x in args.tuning_free.split(";") if x.strip())
     if not args.free:
@@ -525,17 +534,25 @@ def main(argv=None) -> int:
         runs = [r for r in csv.DictReader(fh) if r["reached"] == "True"]
     params: dict[str, int] = {}
     for model in dict.fromkeys(r["model"] for r in runs):
+        if model in args.known:
+            params[model] = args.known[model]
+            continue
         try:
             params[model] = model_params(model)
         except Exception as exc:  # a model this script cannot build: its rows are left out, and said so
-            print(f"note: {model}'s runs left out: its parameter count is unknown here ({exc})")
+            print(f"note: {model}'s runs left out: its parameter count is unknown here ({exc}); give it with --params")
+    for model in args.known:
+        if model not in params:
+            print(f"note: --params {model}: no run of that model reached a target in the CSV")
     runs = [r for r in runs if r["model"] in params]
     by_case: dict[tuple[str, str], list[dict]] = {}
     summaries: dict[tuple[str, float], tuple[list[str], list[str]]] = {}
     for r in runs:
         by_case.setdefault((r["setting"], r["target"]), []).append(r)
     for (setting, target), rows in by_case.items():
-        d = params.setdefault(rows[0]["model"], model_params(rows[0]["model"]))
+        d = params[rows[0]["model"]]
+        if measured_step(compute, rows[0]["model"], "fedavg") is None:
+            continue  # never measured here (scaling.csv): priced at stated step times only, in the per-row report
         table, winners, fda_over_avg = fastest(rows, d, compute)
         summaries[setting, float(target)] = (winners, fda_over_avg)
         if not args.markdown:

@@ -521,7 +521,8 @@ def test_time_to_accuracy_rejects_bad_step_times_and_model_sizes(capsys):
     import time_to_accuracy as tta
 
     for bad in (["--step-ms", "0"], ["--step-ms", "fast"], ["--step-ms", ","], ["--model-size", "0"],
-                ["--model-size", "cnn=big"], ["--tuning-free", ";"], ["--collective", "tree"]):
+                ["--model-size", "cnn=big"], ["--tuning-free", ";"], ["--collective", "tree"], ["--params", "gpt=1.5"],
+                ["--params", "=5"]):
         with pytest.raises(SystemExit) as exc:
             tta.parse(bad)
         assert exc.value.code == 2
@@ -531,6 +532,34 @@ def test_time_to_accuracy_rejects_bad_step_times_and_model_sizes(capsys):
     assert args.steps == [None, 0.005, 0.02] and args.sizes == [None, {"cnn": 1e7}]
     assert tta.priced_d({"cnn": 1e7}, "lenet5", 61706) == 61706 and tta.priced_d({"*": 2e6}, "cnn", 5) == 2 * 10**6
 
+
+def test_time_to_accuracy_prices_a_model_it_cannot_build_from_params_at_stated_steps_only(tmp_path, capsys):
+    """A model scaling.csv never measured and this script cannot build (a GPT's rows): its
+    size from --params, its rows priced at the stated step times only; without --params, said."""
+    import time_to_accuracy as tta
+
+    scaling = tmp_path / "scaling.csv"
+    scaling.write_text("model,strategy,part,compute_seconds\nlenet5,fedavg,projected,0.004\n")
+    d, k = 200_000, 4
+    head = "setting,model,workers,target,family,knob,auto,reached,steps,gb,run_files\n"
+    frontier = tmp_path / "frontier.csv"
+    frontier.write_text(head + f"gpt/roles@4,gpt,{k},0.5,synchronous,,False,True,100,{100 * 2 * k * 4 * d / 1e9},x\n"
+                        f"gpt/roles@4,gpt,{k},0.5,fedavg,10 steps,False,True,120,{12 * 2 * k * 4 * d / 1e9},y\n")
+    args = ["--frontier", str(frontier), "--scaling", str(scaling), "--step-ms", "measured,20", "--model-size", "actual"]
+    assert tta.main(args) == 0
+    assert "gpt's runs left out" in capsys.readouterr().out
+    assert tta.main(args + ["--params", "gpt=200000"]) == 0
+    out = capsys.readouterr().out.split("Verdict counts")[0]  # the per-row table
+    rows = [line for line in out.splitlines() if "gpt/roles@4" in line and "20 ms" in line]
+    assert len(rows) == 3 and not any("measured" in line for line in out.splitlines() if "gpt/roles@4" in line
+                                      and "cross-site" in line)
+    # by hand with the Rabenseifner schedule, T(800 kB, 4) = 2·2·α + 1.5 · 800 kB · β: on 10 Gb/s Synchronous
+    # (100 · 0.02 + 100 · T) beats FedAvg (120 · 0.02 + 12 · T); across sites FedAvg wins
+    t = 4 * 25e-6 + 1.5 * 4 * d * 0.8e-9
+    assert 100 * 0.02 + 100 * t < 120 * 0.02 + 12 * t
+    assert f"synchronous {100 * 0.02 + 100 * t:.1f}" in next(r for r in rows if "ethernet-10g" in r)
+    t = 4 * 10e-3 + 1.5 * 4 * d * 8e-9
+    assert f"fedavg 10 steps {120 * 0.02 + 12 * t:.1f}" in next(r for r in rows if "cross-site-1g" in r)
 
 def test_slow_link_model_and_its_measures_by_hand():
     import slow_link as sl
