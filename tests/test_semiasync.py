@@ -73,10 +73,9 @@ def test_same_seed_same_run_on_2_3_and_5_ranks(tmp_path):
 def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
     """Three clients on three hosts; at round 2 two of them leave, so two hosts have no
     client left and the buffer of 2 can no longer fill: the server aggregates what remains."""
-    start = time.monotonic()
+    # The timeout bounds a hang (a rank left waiting fails the test); it is no timing claim.
     f = train(tmp_path, "drop", "--mode", "semiasync", "--strategy", "fedbuff", "--clients", "3", "--buffer", "2",
-              "--rounds", "6", "--tau", "2", "--scenario", "dropout@2:0.67", "--speed-ratio", "4", ranks=4, timeout=60)
-    assert time.monotonic() - start < 60
+              "--rounds", "6", "--tau", "2", "--scenario", "dropout@2:0.67", "--speed-ratio", "4", ranks=4, timeout=180)
     rows = f["round/clients"][:]
     assert len(rows) == 6 and f.attrs["rounds_done"] == 6
     survivors = set(rows[2:].ravel()) - {-1}
