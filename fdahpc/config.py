@@ -63,8 +63,8 @@ class TrainConfig:
     log_variance: bool = _f(FDAOptions.log_variance, "sync, FDA triggers: also compute the exact model variance every step (costs a full AllReduce)", resumable=True)
     fda_log_every: int = _f(FDAOptions.fda_log_every, "sync, FDA triggers: store the estimate H every N steps", resumable=True)
     # Server optimizers, client sampling, FedAdp.
-    server_lr: float | None = _f(FedAdamOptions.server_lr, "server learning rate η_s of fedavgm, fedadam (sync) and fedbuff, mstep, wkafl (semiasync); by default each rule's own")
-    server_momentum: float = _f(FedAvgMOptions.server_momentum, "sync, fedavgm: server momentum β")
+    server_lr: float | None = _f(FedAdamOptions.server_lr, "server learning rate η_s of fedavgm, fedadam, diloco (its outer lr; sync) and fedbuff, mstep, wkafl (semiasync); by default each rule's own")
+    server_momentum: float = _f(FedAvgMOptions.server_momentum, "sync, fedavgm and diloco (its outer Nesterov momentum): server momentum β")
     server_betas: tuple[float, float] = _f(FedAdamOptions.server_betas, "sync, fedadam: server β1,β2 (on the command line 0.9,0.999)")
     server_tau: float = _f(FedAdamOptions.server_tau, "sync, fedadam: adaptivity floor τ (not the round length --tau)")
     server_bias_correction: bool = _f(FedAdamOptions.server_bias_correction, "sync, fedadam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
@@ -273,6 +273,7 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
 #: (module, constant, None).
 _CLASS_DEFAULTS = {
     "server_lr": {"fedavgm": ("fdahpc.aggregate", "FedAvgM", "eta_s"), "fedadam": ("fdahpc.aggregate", "FedAdam", "eta_s"),
+                  "diloco": ("fdahpc.aggregate", "DiLoCoOuter", "eta"),
                   "fedbuff": ("fdahpc.semiasync.rules", "FedBuff", "server_lr")},
     "sketch_rows": {"": ("fdahpc.options", "SKETCH_ROWS", None)},  # AmsSketch's, kept where importing it is cheap
     "sketch_cols": {"": ("fdahpc.options", "SKETCH_COLS", None)},

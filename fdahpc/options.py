@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 __all__ = ["NoOptions", "ThresholdOptions", "FDAOptions", "SketchFDAOptions", "PeriodicOptions", "MeanOptions",
-           "FedAvgMOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "SketchShape", "options_from",
+           "FedAvgMOptions", "DiLoCoOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "SketchShape", "options_from",
            "theta_value", "betas_value", "option_names"]
 
 
@@ -156,6 +156,16 @@ class FedAvgMOptions(MeanOptions):
     server_momentum: float = 0.9
 
     # Its ranges are the server optimizer's own to check (:class:`fdahpc.aggregate.FedAvgM`).
+
+
+@dataclass(frozen=True)
+class DiLoCoOptions(FedAvgMOptions):
+    """DiLoCo's outer Nesterov step reads the server flags: ``server_lr`` is its outer
+    learning rate (None: :class:`fdahpc.aggregate.DiLoCoOuter`'s own, 0.7) and
+    ``server_momentum`` its outer momentum (0.9, DiLoCo's too). One word, one meaning: the
+    outer optimizer is the server optimizer of FedOpt, replicated on every rank."""
+
+    # Its ranges are the outer optimizer's own to check (:class:`fdahpc.aggregate.DiLoCoOuter`).
 
 
 @dataclass(frozen=True)
