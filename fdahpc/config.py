@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .options import (FDAOptions, FedAdamOptions, FedAdpOptions, FedAvgMOptions, MeanOptions, PeriodicOptions,
-                      SamplingOptions, SketchFDAOptions, SketchShape, betas_value, theta_value)
+                      SamplingOptions, SketchFDAOptions, SketchShape, WarmupOptions, betas_value, theta_value)
 
 __all__ = ["TrainConfig", "parse_args", "RESUMABLE"]
 
@@ -57,6 +57,8 @@ class TrainConfig:
     fda_lag: int = _f(FDAOptions.fda_lag, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
     tau: int | None = _f(PeriodicOptions.tau, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
     local_epochs: float = _f(PeriodicOptions.local_epochs, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
+    warmup_steps: int = _f(WarmupOptions.warmup_steps, "sync, every strategy: the first N steps all average the models "
+                           "(post-local SGD's warm-up); then the trigger decides, its rounds counted from step N")
     sketch_rows: int | None = _f(SketchShape.sketch_rows, "sync: AMS sketch rows l (SketchFDA, sketched FedAdp angles)")
     sketch_cols: int | None = _f(SketchShape.sketch_cols, "sync: AMS sketch columns m (SketchFDA, sketched FedAdp angles)")
     sketch_eps: float | None = _f(SketchFDAOptions.sketch_eps, "sync, SketchFDA: ε of the estimate (default 1/sqrt(sketch_cols))")
@@ -149,7 +151,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
                  "eval_every", "seed", "clip_grad_norm"),
     "fda": ("theta", "theta_auto_epochs", "fda_lag", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
-    "schedule": ("tau", "local_epochs"),
+    "schedule": ("tau", "local_epochs", "warmup_steps"),
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
     "sampling": ("clients_per_round",),
     "fedadp": ("fedadp_alpha", "fedadp_angles"),

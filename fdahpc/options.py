@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 __all__ = ["NoOptions", "ThresholdOptions", "FDAOptions", "SketchFDAOptions", "PeriodicOptions", "MeanOptions",
-           "FedAvgMOptions", "DiLoCoOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "SketchShape", "options_from",
+           "FedAvgMOptions", "DiLoCoOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "WarmupOptions", "SketchShape", "options_from",
            "theta_value", "betas_value", "option_names"]
 
 
@@ -219,6 +219,21 @@ class SamplingOptions:
     def __post_init__(self) -> None:
         _require(self.clients_per_round is None or (isinstance(self.clients_per_round, int) and self.clients_per_round >= 1),
                  f"--clients-per-round {self.clients_per_round}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class WarmupOptions:
+    """Post-local SGD's warm-up (Lin, Stich, Patel, Jaggi, "Don't Use Large Mini-Batches,
+    Use Local SGD", ICLR 2020, arXiv 1808.07217): the first ``warmup_steps`` steps all
+    synchronize, whatever the trigger; from then on the trigger decides, counting its steps
+    from the warm-up's end (a periodic round of τ ends at steps W+τ, W+2τ, ...; an FDA
+    trigger's drift starts at the warm-up's last average)."""
+
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool) and self.warmup_steps >= 0,
+                 f"--warmup-steps {self.warmup_steps}: must be an integer >= 0 (0: no warm-up), e.g. 100")
 
 
 def option_names(cls: type) -> tuple[str, ...]:

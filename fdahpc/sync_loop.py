@@ -80,6 +80,9 @@ class SyncMode(Mode):
         total_steps = math.ceil(cfg.epochs * steps_per_epoch)
         if cfg.max_steps is not None:
             total_steps = min(total_steps, cfg.max_steps)
+        if cfg.warmup_steps > total_steps:
+            raise ValueError(f"--warmup-steps {cfg.warmup_steps}: beyond the run's {total_steps} steps; give at most "
+                             f"{total_steps} or lengthen the run (--epochs, --max-steps)")
         model = new_model(cfg, data).to(comm.device)  # initialized on the CPU: the same model on any device
         flat = FlatParams(model)
         optimizer = make_optimizer(*local_optimizer(cfg), model.parameters(), cfg.weight_decay)

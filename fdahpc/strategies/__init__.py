@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 from ..comm import Communicator
-from ..options import ANGLE_MODES, WEIGHTINGS, PeriodicOptions, SamplingOptions, SketchShape, option_names, options_from
+from ..options import ANGLE_MODES, WEIGHTINGS, PeriodicOptions, SamplingOptions, WarmupOptions, SketchShape, option_names, options_from
 from .base import RULES, TRIGGERS, BuildContext, Rule, Synchronizer, Trigger, rule, trigger
 from .participation import Participation
 
@@ -82,6 +82,7 @@ class StrategyOptions(NamedTuple):
     rule_options: object
     sampling: SamplingOptions
     sketch: SketchShape
+    warmup: WarmupOptions = WarmupOptions()
 
     @property
     def uses_sketch(self) -> bool:
@@ -90,8 +91,8 @@ class StrategyOptions(NamedTuple):
 
 
 def option_names_of(strategy: str, sync: str | None = None) -> set[str]:
-    """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape)."""
-    parts = (trigger_of(strategy, sync).Options, rule_of(strategy).Options, SamplingOptions, SketchShape)
+    """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape, the warm-up)."""
+    parts = (trigger_of(strategy, sync).Options, rule_of(strategy).Options, SamplingOptions, SketchShape, WarmupOptions)
     return {name for cls in parts for name in option_names(cls)}
 
 
@@ -115,7 +116,8 @@ def strategy_options(strategy: str, sync: str | None, values) -> StrategyOptions
                              "STEPS instead")
         trigger_options = dataclasses.replace(trigger_options, tau=preset_tau)
     return StrategyOptions(trigger_cls, rule_cls, trigger_options,
-                           options_from(rule_cls.Options, values), sampling, options_from(SketchShape, values))
+                           options_from(rule_cls.Options, values), sampling, options_from(SketchShape, values),
+                           options_from(WarmupOptions, values))
 
 
 def uses_sketch(cfg) -> bool:
@@ -130,4 +132,5 @@ def build_strategy(strategy: str, sync: str | None, values, comm: Communicator, 
     o = strategy_options(strategy, sync, values)
     participation = Participation(comm.rank, comm.world_size, o.sampling.clients_per_round, seed)
     ctx = BuildContext(comm, w.numel(), steps_per_epoch, num_samples, participation, seed, o.sketch)
-    return Synchronizer(comm, w, o.trigger.build(ctx, o.trigger_options), o.rule.build(ctx, o.rule_options), participation)
+    return Synchronizer(comm, w, o.trigger.build(ctx, o.trigger_options), o.rule.build(ctx, o.rule_options), participation,
+                        warmup_steps=o.warmup.warmup_steps)

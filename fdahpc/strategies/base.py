@@ -147,10 +147,15 @@ rule = _registrar(RULES, Rule, "rule")
 
 
 class Synchronizer:
-    """Runs a trigger and a rule over a flat parameter buffer ``w``."""
+    """Runs a trigger and a rule over a flat parameter buffer ``w``.
+
+    ``warmup_steps`` W (post-local SGD, :class:`fdahpc.options.WarmupOptions`): steps 1..W
+    synchronize without asking the trigger; from step W+1 the trigger decides and sees the
+    step counted from the warm-up's end (``steps - W``), so its rounds start there.
+    """
 
     def __init__(self, comm: Communicator, w: torch.Tensor, trigger: Trigger, rule: Rule,
-                 participation: Participation | None = None) -> None:
+                 participation: Participation | None = None, warmup_steps: int = 0) -> None:
         self.comm = comm
         self.w = w
         self.trigger = trigger
@@ -160,6 +165,7 @@ class Synchronizer:
         self.sink: Callable[[str, Any], None] | None = None
         trigger.record = rule.record = self.record
         self.anchor = w.detach().clone() if (trigger.needs_anchor or rule.needs_anchor) else None
+        self.warmup_steps = warmup_steps
         self.steps = 0
         self.syncs = 0
         self._bytes_at_reset = self._training_bytes()
@@ -191,7 +197,8 @@ class Synchronizer:
     def after_step(self) -> bool:
         """Call once after every local step (taken or skipped); True when the models were combined."""
         self.steps += 1
-        if not self.trigger.should_sync(self.steps, self.w, self.anchor):
+        if self.steps > self.warmup_steps and not self.trigger.should_sync(self.steps - self.warmup_steps, self.w,
+                                                                            self.anchor):
             return False
         self.sync()
         return True
