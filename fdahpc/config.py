@@ -55,6 +55,8 @@ class TrainConfig:
                             "exact variance of a first round --theta-auto-epochs long", parse="theta")
     theta_auto_epochs: float = _f(FDAOptions.theta_auto_epochs, "--theta auto: length of the first (calibration) round, in epochs")
     fda_lag: int = _f(FDAOptions.fda_lag, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
+    fda_every: int = _f(FDAOptions.fda_every, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of "
+                        "the monitoring traffic; the estimate stays a bound at the checked steps)")
     tau: int | None = _f(PeriodicOptions.tau, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
     local_epochs: float = _f(PeriodicOptions.local_epochs, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
     warmup_steps: int = _f(WarmupOptions.warmup_steps, "sync, every strategy: the first N steps all average the models "
@@ -149,7 +151,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy",
                  "eval_every", "seed", "clip_grad_norm"),
-    "fda": ("theta", "theta_auto_epochs", "fda_lag", "log_variance", "fda_log_every"),
+    "fda": ("theta", "theta_auto_epochs", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs", "warmup_steps"),
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),

@@ -70,6 +70,7 @@ class FDAOptions(ThresholdOptions):
     """LinearFDA's (and SketchFDA's) options beside Θ."""
 
     fda_lag: int = 0
+    fda_every: int = 1
     fda_log_every: int = 1
     log_variance: bool = False
 
@@ -79,6 +80,8 @@ class FDAOptions(ThresholdOptions):
                  "(on the last step's)")
         _require(not (self.fda_lag and self.theta == 0), "--fda-lag 1: theta 0 averages every step, so there is no "
                  "state to wait for; drop --fda-lag")
+        _require(isinstance(self.fda_every, int) and not isinstance(self.fda_every, bool) and self.fda_every >= 1,
+                 f"--fda-every {self.fda_every}: must be an integer >= 1 (1 checks the variance every step), e.g. 10")
         _require(isinstance(self.fda_log_every, int) and self.fda_log_every >= 1,
                  f"--fda-log-every {self.fda_log_every}: must be >= 1")
 

@@ -54,6 +54,13 @@ class _FDATrigger(Trigger):
     decides at the next step, from the state of the step before: the reduction overlaps
     one local step, and every decision is the blocking one, one step late.
 
+    ``every=m`` (``--fda-every m``) reduces the state, and decides, only at steps that are
+    multiples of m (with ``lag=1``: decides at the step after each of them): 1/m of the
+    monitoring AllReduces. The estimate is computed from that step's drift, so at every
+    checked step it is the same bound on the variance as with m = 1; between checks the
+    variance is not watched and may pass Θ for up to m - 1 steps (FDA-Opt checks once
+    per local epoch for the same reason).
+
     ``auto_steps`` (``--theta auto``) picks Θ itself: the first round has that fixed
     length (no monitoring traffic), and at its synchronization Θ becomes the exact model
     variance the round produced, ``mean ||u_k||^2 - ||w_new - w_t0||^2`` (one extra
@@ -66,14 +73,15 @@ class _FDATrigger(Trigger):
     threshold = True
     _state: tuple[str, ...] = ("theta", "calibrating")
 
-    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0,
+    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0, every: int = 1,
                  auto_steps: int | None = None, log_every: int = 1, log_variance: bool = False) -> None:
         # The options' checks, one wording for the command line, ModelAverager and this class.
-        FDAOptions(theta="auto" if auto_steps is not None else theta, fda_lag=lag, fda_log_every=log_every)
+        FDAOptions(theta="auto" if auto_steps is not None else theta, fda_lag=lag, fda_every=every, fda_log_every=log_every)
         if auto_steps is not None and auto_steps < 1:
             raise ValueError(f"theta auto: the calibration round must be >= 1 step, got {auto_steps}; raise --theta-auto-epochs")
         self.comm = comm
         self.lag = lag
+        self.every = every
         self.calibrating = auto_steps is not None
         self.auto_steps = auto_steps
         self.theta = float("inf") if self.calibrating else float(theta)
@@ -95,7 +103,10 @@ class _FDATrigger(Trigger):
             self._allocate(w)
         if self.calibrating:
             return self._end_of_calibration(step, w, anchor)
+        checked = step % self.every == 0
         if self.lag == 0:
+            if not checked:
+                return False
             self._reduce(w, anchor).wait()
             return self._decide(step, {"variance": exact_variance(self.comm, self._u)} if self.log_variance else {})
         if self._pending is not None:  # the state of the step before, reduced meanwhile
@@ -103,6 +114,8 @@ class _FDATrigger(Trigger):
             self._pending = None
             if self._decide(step, self._pending_variance):
                 return True  # the drift restarts from zero: no state of this step to send
+        if not checked:
+            return False
         self._pending = self._reduce(w, anchor)
         if self.log_variance:
             self._pending_variance = {"variance": exact_variance(self.comm, self._u)}
@@ -173,7 +186,8 @@ class _FDATrigger(Trigger):
                 raise ValueError("theta auto: the calibration round is --theta-auto-epochs long and needs the epoch "
                                  "length; give steps_per_epoch= (or a number for theta)")
             auto_steps = max(1, round(o.theta_auto_epochs * ctx.steps_per_epoch))
-        return dict(theta=0.0 if o.auto else o.theta, lag=o.fda_lag, auto_steps=auto_steps, log_every=o.fda_log_every,
+        return dict(theta=0.0 if o.auto else o.theta, lag=o.fda_lag, every=o.fda_every, auto_steps=auto_steps,
+                    log_every=o.fda_log_every,
                     log_variance=o.log_variance)
 
 
