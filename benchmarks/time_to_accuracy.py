@@ -78,11 +78,11 @@ TRAIN_SAMPLES, BATCH = 60_000, 32
 
 def monitored_steps(row: dict) -> tuple[int, int]:
     """(steps that reduced FDA's state, extra monitoring bytes per rank): every step, except
-    that ``--theta auto`` runs its first round (``auto (E ep)``) unmonitored and then
+    that ``--theta auto-once`` runs its first round (``auto-once (E ep)``) unmonitored and then
     reduces 4 bytes once."""
     steps = float(row["steps"])  # a median over seeds may be fractional
-    if row["auto"] != "True":
-        return steps, 0
+    if row["auto"] != "True" or row["knob"].startswith("auto (H "):
+        return steps, 0  # the per-round rule (auto (H E ep)) monitors every step; at lag 0 nothing more
     epochs = float(row["knob"].split("(")[1].split()[0])
     calibration = round(epochs * math.ceil(TRAIN_SAMPLES / int(row["workers"]) / BATCH))
     return max(0, steps - calibration), 4
@@ -142,10 +142,10 @@ def markdown(summaries: dict[tuple[str, float], tuple[list[str], list[str]]], po
     tuned Θ) beside the modelled time (FedAvg/FDA, fastest family)."""
     short = {"ethernet-10g": "10G", "infiniband-100g": "IB", "cross-site-1g": "1G"}
     head = ["regime", "target", "fewest steps FDA / FedAvg", "lead in bytes FDA / FedAvg (pair, seeds)", "verdict",
-            "LinearFDA auto (1 ep) / cheapest tuned Θ", "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS),
+            "LinearFDA auto-once (1 ep) / cheapest tuned Θ", "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS),
             "fastest on " + " / ".join(short[f] for f in FABRICS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    auto = "linearfda auto (1 ep) "
+    auto = "linearfda auto-once (1 ep) "  # frontier.read_points names the one-calibration rule so
     for setting, target, steps, leads, verdict, _, _, checks in frontier.regimes(points):
         check = next((c[len(auto):] for c in checks.split("; ") if c.startswith(auto)), "-")
         winners, ratio = summaries.get((setting, float(target)), (["-"] * len(FABRICS), ["-"] * len(FABRICS)))

@@ -51,9 +51,16 @@ class TrainConfig:
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
     # FDA and schedules.
-    theta: float | str = _f(FDAOptions.theta, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it), or auto: Θ = the "
-                            "exact variance of a first round --theta-auto-epochs long", parse="theta")
-    theta_auto_epochs: float = _f(FDAOptions.theta_auto_epochs, "--theta auto: length of the first (calibration) round, in epochs")
+    theta: float | str = _f(FDAOptions.theta, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it); auto: "
+                            "Θ_0 = 4e-5·d, re-calibrated after every sync to H/H_r·Var_r (the round's exact variance scaled to a "
+                            "round of H steps); auto-once: Θ = the exact variance of a first round --theta-auto-epochs long",
+                            parse="theta")
+    theta_auto_epochs: float | None = _f(FDAOptions.theta_auto_epochs, "--theta auto-once: length of the first (calibration) round, in epochs (default 1)")
+    theta_round_epochs: float | None = _f(FDAOptions.theta_round_epochs, "--theta auto: the round length H Θ aims at, in epochs "
+                                          "(FDA-Opt's E_max/2; default 1, or from --theta-fabric)")
+    theta_fabric: str | None = _f(FDAOptions.theta_fabric, "--theta auto: GBPS,LATENCY_US,STEP_MS (bandwidth per rank, "
+                                  "per-message latency, one step's compute): H = the shortest round whose model AllReduce "
+                                  "costs <= 10 %% of its compute, e.g. 10,25,20")
     fda_lag: int = _f(FDAOptions.fda_lag, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
     fda_every: int = _f(FDAOptions.fda_every, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of "
                         "the monitoring traffic; the estimate stays a bound at the checked steps)")
@@ -151,7 +158,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy",
                  "eval_every", "seed", "clip_grad_norm"),
-    "fda": ("theta", "theta_auto_epochs", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
+    "fda": ("theta", "theta_auto_epochs", "theta_round_epochs", "theta_fabric", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs", "warmup_steps"),
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),

@@ -49,10 +49,13 @@ def test_warmup_drives_every_trigger_and_rule(comm):
     # A Θ no drift reaches: only the warm-up synchronizes.
     assert drive(comm, "linearfda", 9, theta=1e9, warmup_steps=3)[0] == [1, 2, 3]
     assert drive(comm, "sketchfda", 9, theta=1e9, warmup_steps=3, sketch_cols=20)[0] == [1, 2, 3]
-    # --theta auto: the calibration round (1 epoch = 3 steps here) starts after the warm-up.
-    synced, _, strat = drive(comm, "linearfda", 8, theta="auto", warmup_steps=4)
+    # --theta auto-once: the calibration round (1 epoch = 3 steps here) starts after the warm-up.
+    synced, _, strat = drive(comm, "linearfda", 8, theta="auto-once", warmup_steps=4)
     assert synced[:5] == [1, 2, 3, 4, 7]
     assert not strat.trigger.calibrating
+    # --theta auto: warm-up syncs restart the round without re-calibrating (Θ stays the prior 4e-5·d).
+    synced, _, strat = drive(comm, "linearfda", 4, theta="auto", warmup_steps=4)
+    assert synced == [1, 2, 3, 4] and strat.trigger.theta == pytest.approx(4e-5 * D) and strat.trigger.round_start == 0
     # DiLoCo's outer step during the warm-up too: W = all steps is Synchronous under DiLoCo.
     synced, w, strat = drive(comm, "diloco", 5, tau=100, warmup_steps=5)
     assert synced == [1, 2, 3, 4, 5] and strat.rule.optimizer.step_count == 5
