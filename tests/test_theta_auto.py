@@ -86,3 +86,17 @@ def test_theta_auto_options():
                      (dict(theta="auto", theta_fabric="1,2,3", theta_round_epochs=1), "both set the round horizon")]:
         with pytest.raises(ValueError, match=msg):
             TrainConfig(strategy="linearfda", **bad)
+
+
+def test_model_averager_takes_theta_auto():
+    from fdahpc import ModelAverager
+    from fdahpc.comm import LocalCommunicator
+
+    avg = ModelAverager(torch.nn.Linear(10, 10), LocalCommunicator(), "linearfda", theta="auto", steps_per_epoch=5,
+                        theta_round_epochs=2)
+    assert avg.strategy.trigger.horizon == 10 and avg.strategy.trigger.theta == pytest.approx(4e-5 * 110)
+    # The fabric alone sets the horizon: no epoch length needed.
+    avg = ModelAverager(torch.nn.Linear(10, 10), LocalCommunicator(), "sketchfda", theta="auto", theta_fabric="1,10000,5")
+    assert avg.strategy.trigger.horizon == 1  # one rank: no AllReduce to amortize
+    with pytest.raises(ValueError, match="theta auto-once: its round is counted in epochs"):
+        ModelAverager(torch.nn.Linear(10, 10), LocalCommunicator(), "linearfda", theta="auto-once")
