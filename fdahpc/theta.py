@@ -29,19 +29,32 @@ calibrated from the last):
   synchronization: ``mean_k ||u_k||²`` is LinearFDA's and SketchFDA's own state when the
   decision is on the current step (else one 4-byte AllReduce), and ``mean_k u_k`` is what the
   synchronization's model AllReduce computes anyway.
-- Var_r ≤ 0 (one worker): nothing to average; Θ becomes ∞ and the run never syncs again.
+- FDA-Opt's E_max is also a cap on a round's length: a round that reaches
+  :data:`ROUND_CAP` · H steps (2H, i.e. E_max) ends there whatever the estimate.
+- The extrapolation is bounded: ``Θ_{r+1} = min(H/H_r, MAX_STRETCH) · Var_r`` with
+  :data:`MAX_STRETCH` = 4. FDA-Opt checks once per epoch, so its rounds last at least an
+  epoch and its ratio never exceeds E_max/2 (5 with its defaults); checked every step, a
+  round can last a handful of steps, and the first one, ended by the prior during the
+  steepest drift of training, measured a rate that extrapolated 30x overshot the tuned Θ
+  5-8x on skewed data (docs/theta_auto.md, the first rule's figures).
+- Var_r ≤ 0 (one worker): nothing to average; Θ becomes ∞ and the run never syncs again
+  (except at the round cap).
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["THETA_PER_PARAM", "COMM_SHARE", "prior", "sync_seconds", "horizon_steps", "recalibrate", "fabric_value"]
+__all__ = ["THETA_PER_PARAM", "COMM_SHARE", "MAX_STRETCH", "ROUND_CAP", "prior", "sync_seconds", "horizon_steps", "recalibrate", "fabric_value"]
 
 #: Θ_0 per trainable parameter: the FDA paper's tuned Θ ≈ 3–5·10⁻⁵·d, its middle.
 THETA_PER_PARAM = 4e-5
 #: The largest share of a round's compute its synchronization may cost (the fabric horizon).
 COMM_SHARE = 0.1
+#: The most a round's variance is scaled up: Θ_{r+1} <= 4·Var_r, however short round r was.
+MAX_STRETCH = 4.0
+#: FDA-Opt's E_max in horizons: a round of ROUND_CAP·H steps ends whatever the estimate.
+ROUND_CAP = 2
 
 
 def prior(dim: int) -> float:
@@ -80,7 +93,7 @@ def horizon_steps(steps_per_epoch: int, dim: int, workers: int, round_epochs: fl
 
 
 def recalibrate(variance: float, round_steps: int, horizon: int) -> float:
-    """Θ_{r+1} = H / H_r · Var_r; ∞ when there is no variance (nothing to average)."""
+    """Θ_{r+1} = min(H / H_r, 4) · Var_r; ∞ when there is no variance (nothing to average)."""
     if not variance > 0:
         return math.inf
-    return horizon / max(1, round_steps) * variance
+    return min(horizon / max(1, round_steps), MAX_STRETCH) * variance

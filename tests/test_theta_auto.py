@@ -27,6 +27,8 @@ def test_prior_horizon_and_recalibration_by_hand():
     assert horizon_steps(469, 61706, 4, fabric=(1, 10_000, 5)) == 86
     assert horizon_steps(469, 61706, 1, fabric=(1, 10_000, 5)) == 1  # one rank never syncs over a wire
     assert recalibrate(0.5, 10, 40) == 2.0  # (40/10)·0.5
+    assert recalibrate(0.5, 20, 40) == 1.0
+    assert recalibrate(0.5, 2, 40) == 2.0  # a 2-step round: its rate stretched 4x at most, not 20x
     assert recalibrate(0.0, 10, 40) == math.inf and recalibrate(-1e-9, 3, 4) == math.inf
 
 
@@ -55,8 +57,10 @@ def test_recalibration_matches_the_hand_computed_variance(comm, strategy, lag):
     strat, rec, monitor = drive(comm, strategy, 60, theta="auto", theta_round_epochs=2, fda_lag=lag, **extra)
     horizon = 20  # 2 epochs of 10 steps
     syncs = rec.get("sync/step", [])
-    if k == 1 and strategy == "sketchfda":  # one rank: the sketch's estimate stays below ε·||u||² < the prior
-        assert not syncs
+    if k == 1 and strategy == "sketchfda":  # one rank: the sketch's estimate stays below ε·||u||² < the prior,
+        assert syncs == [40]  # so the round cap 2H ends the round, and with no variance Θ = ∞
+        assert rec["fda_auto/theta"] == [math.inf]
+        assert monitor == 59 * strat.trigger.state_bytes + 4  # the capped step reduces 4 bytes instead of its state
         return
     assert syncs, "the prior 0.04 is passed within 60 steps"
     assert rec["fda_auto/step"] == syncs  # one re-calibration per synchronization
@@ -64,7 +68,7 @@ def test_recalibration_matches_the_hand_computed_variance(comm, strategy, lag):
     for s, var, theta in zip(rec["fda_auto/round_steps"], rec["fda_auto/variance"], rec["fda_auto/theta"]):
         exact = 1e-4 * s * s * (k * k - 1) / 12
         assert var == pytest.approx(exact, rel=1e-4, abs=1e-9)
-        assert theta == (math.inf if k == 1 else pytest.approx(horizon / s * exact, rel=1e-4))
+        assert theta == (math.inf if k == 1 else pytest.approx(min(horizon / s, 4) * exact, rel=1e-4))
     if k == 1:
         assert len(syncs) == 1  # no variance on one rank: Θ = ∞ after the first round
     # The variance costs nothing at lag 0 (this step's state holds mean ||u||²); at lag 1 one float per sync.

@@ -30,7 +30,7 @@ import torch
 from ..comm import Communicator
 from ..comm.base import Done, Request
 from ..options import FDAOptions, SketchFDAOptions
-from ..theta import horizon_steps, prior, recalibrate
+from ..theta import ROUND_CAP, horizon_steps, prior, recalibrate
 from .base import BuildContext, Trigger, trigger
 
 if TYPE_CHECKING:  # fdahpc.sketch imports Numba: only the sketch trigger needs it, at its construction
@@ -63,7 +63,8 @@ class _FDATrigger(Trigger):
     per local epoch for the same reason).
 
     ``horizon`` (``--theta auto``, :mod:`fdahpc.theta`) re-calibrates Θ after every
-    synchronization the trigger decided: Θ = horizon / H_r · Var_r, H_r the round's steps and
+    synchronization the trigger decided: Θ = min(horizon / H_r, 4) · Var_r, H_r the round's
+    steps (a round of 2·horizon steps ends there) and
     Var_r the exact variance at the sync, ``mean ||u_k||^2`` (this step's reduced state; with
     ``lag=1`` one 4-byte AllReduce more) minus ``||mean u_k||^2`` (from the rule's model
     AllReduce, :meth:`~.base.Rule.mean_drift_sq`). It starts from the Θ given (the prior).
@@ -119,6 +120,8 @@ class _FDATrigger(Trigger):
         self.trigger_step = step
         if self.calibrating:
             return self._end_of_calibration(step, w, anchor)
+        if self.horizon is not None and step - self.round_start >= ROUND_CAP * self.horizon:
+            return self._end_of_round(w, anchor)
         checked = step % self.every == 0
         if self.lag == 0:
             if not checked:
@@ -174,6 +177,15 @@ class _FDATrigger(Trigger):
             self.theta = variance if variance > 0 else float("inf")
             self.calibrating, self._mean_sq = False, None
             self.record("fda_auto", theta=self.theta, calibration_steps=self.auto_steps)
+
+    def _end_of_round(self, w: torch.Tensor, anchor: torch.Tensor) -> bool:
+        """theta auto's round cap (FDA-Opt's E_max): sync now; this step's mean ||u_k||^2 in 4 bytes."""
+        if self._pending is not None:  # a state in flight is stale once the round ends
+            self._pending.wait()
+            self._pending = None
+        u = torch.sub(w, anchor, out=self._u)
+        self._sync_mean_sq = float(self.comm.allreduce_mean_(torch.dot(u, u).reshape(1), "monitor")[0])
+        return True
 
     def _recalibrate(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
         """theta auto after a synchronization: Θ = horizon / H_r · Var_r. A sync the trigger
