@@ -29,7 +29,7 @@ and the tuning-free run with its ratio, verdict (≤ 1.15× met, > 2× far) and 
 the counts; and the rows where a synchronous step is ≥ 50 % communication:
 
     python benchmarks/time_to_accuracy.py --step-ms measured,5,20,100 --model-size actual --model-size 1e7
-    python benchmarks/time_to_accuracy.py --collective ring --tuning-free 'linearfda auto (1 ep)'
+    python benchmarks/time_to_accuracy.py --collective ring --tuning-free 'linearfda auto-once (1 ep)'
 
 A stated step (``--step-ms``) is FedAvg's local step on a GPU node, each strategy's own work
 kept at its measured ratio to it; a stated model size prices the same measured curves as if
@@ -74,7 +74,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--baseline", default=DILOCO_DEFAULT,
                    help="the run label of the published-defaults baseline the comm-bound rows compare with "
                         "(default: %(default)s)")
-    p.add_argument("--tuning-free", default="linearfda auto (1 ep)",
+    p.add_argument("--tuning-free", default="linearfda auto-once (1 ep)",
                    help="';'-separated run labels (family and knob as the report prints them) that count as "
                         "tuning-free FDA (default: %(default)s)")
     args = p.parse_args(argv)
@@ -92,7 +92,7 @@ def parse(argv=None) -> argparse.Namespace:
     args.baseline = args.baseline.strip()
     args.free = tuple(x.strip() for x in args.tuning_free.split(";") if x.strip())
     if not args.free:
-        p.error("--tuning-free: empty; give a run label such as 'linearfda auto (1 ep)'")
+        p.error("--tuning-free: empty; give a run label such as 'linearfda auto-once (1 ep)'")
     return args
 
 
@@ -127,14 +127,15 @@ TRAIN_SAMPLES, BATCH = 60_000, 32
 
 def monitored_steps(row: dict) -> tuple[float, int]:
     """(steps that reduced FDA's state, extra monitoring bytes per rank): every step, except
-    that ``--theta auto`` runs its first round (``auto (E ep)``) unmonitored and then
+    that ``--theta auto-once`` runs its first round (``auto-once (E ep)``) unmonitored and then
     reduces 4 bytes once, and a knob naming ``every m`` (``--fda-every m``) reduces the state
-    on one step in m. An auto knob that names no ``(E ep)`` calibration is read as monitored
-    from its first step (the reading that charges FDA most)."""
+    on one step in m. The per-round rule (``auto (H E ep)``) monitors every step (at lag 0 it
+    needs nothing more), and so does an auto knob that names no ``(E ep)`` calibration (the
+    reading that charges FDA most)."""
     steps = float(row["steps"])  # a median over seeds may be fractional
     every = re.search(r"every[ =]?(\d+)", row["knob"])
     per = int(every.group(1)) if every else 1
-    if row["auto"] != "True":
+    if row["auto"] != "True" or row["knob"].startswith("auto (H "):
         return steps / per, 0
     calib = re.search(r"\((\d+(?:\.\d+)?) ep\)", row["knob"])
     if calib is None:
@@ -227,10 +228,10 @@ def markdown(summaries: dict[tuple[str, float], tuple[list[str], list[str]]], po
     tuned Θ) beside the modelled time (FedAvg/FDA, fastest family)."""
     short = {"ethernet-10g": "10G", "infiniband-100g": "IB", "cross-site-1g": "1G"}
     head = ["regime", "target", "fewest steps FDA / FedAvg", "lead in bytes FDA / FedAvg (pair, seeds)", "verdict",
-            "LinearFDA auto (1 ep) / cheapest tuned Θ", "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS),
+            "LinearFDA auto-once (1 ep) / cheapest tuned Θ", "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS),
             "fastest on " + " / ".join(short[f] for f in FABRICS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    auto = "linearfda auto (1 ep) "
+    auto = "linearfda auto-once (1 ep) "  # frontier.read_points names the one-calibration rule so
     for setting, target, steps, leads, verdict, _, _, checks in frontier.regimes(points):
         check = next((c[len(auto):] for c in checks.split("; ") if c.startswith(auto)), "-")
         winners, ratio = summaries.get((setting, float(target)), (["-"] * len(FABRICS), ["-"] * len(FABRICS)))
@@ -253,7 +254,7 @@ NOT_TUNED = ("fedavg-sgd",)
 
 
 def run_label(row: dict) -> str:
-    """'fedavg 0.5 ep', 'linearfda Θ=2', 'linearfda auto (1 ep)', 'synchronous'."""
+    """'fedavg 0.5 ep', 'linearfda Θ=2', 'linearfda auto-once (1 ep)', 'synchronous'."""
     return f"{row['family']} {row['knob']}".strip()
 
 
@@ -358,7 +359,7 @@ def priced_d(size: dict[str, float] | None, model: str, d: int) -> int:
 
 def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str, str], float],
               sizes: list[dict[str, float] | None], steps: list[float | None], fabrics=ROW_FABRICS,
-              collective: str = "rabenseifner", tuning_free: tuple[str, ...] = ("linearfda auto (1 ep)",),
+              collective: str = "rabenseifner", tuning_free: tuple[str, ...] = ("linearfda auto-once (1 ep)",),
               baseline: str = DILOCO_DEFAULT) -> list[dict]:
     """One dict per (model size, step time, fabric, setting, target, tuning-free method): the
     fastest run, the communication share of a synchronous step, the best tuned run and the
@@ -531,7 +532,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     compute = compute_per_step(args.scaling)
     with open(args.frontier, newline="") as fh:
-        runs = [r for r in csv.DictReader(fh) if r["reached"] == "True"]
+        runs = [dict(r, knob=frontier.current_knob(r["knob"])) for r in csv.DictReader(fh) if r["reached"] == "True"]
     params: dict[str, int] = {}
     for model in dict.fromkeys(r["model"] for r in runs):
         if model in args.known:
