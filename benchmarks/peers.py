@@ -40,6 +40,7 @@ import json
 import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -198,17 +199,22 @@ def _pss(pid: int) -> int:
         return 0
 
 
-def measure(cmd: list[str], rounds: int, timeout: float = 3600, env: dict | None = None) -> dict:
+def measure(cmd: list[str], rounds: int, stall: float = 1200, env: dict | None = None) -> dict:
     """Run ``cmd`` (``env`` added to its environment); timestamp its round lines; sample its
-    process tree's memory."""
+    process tree's memory. A run that prints no round line for ``stall`` seconds is killed
+    (its whole session: a Ray whose raylet died leaves the driver waiting for ever)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**child_env(), **(env or {})}, cwd=REPO_ROOT)
-    peak, done, lines, log = [0, 0], threading.Event(), {}, []
+                            env={**child_env(), **(env or {})}, cwd=REPO_ROOT, start_new_session=True)
+    peak, done, lines, log, last = [0, 0], threading.Event(), {}, [], [start]
 
     def sample_memory():
         while not done.is_set():
             peak[:] = map(max, peak, _tree_memory(proc.pid))
+            if time.perf_counter() - last[0] > stall:
+                log.append(f"[peers.py: no round line for {stall:.0f} s; killed]\n")
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
             done.wait(0.1)
 
     sampler = threading.Thread(target=sample_memory, daemon=True)
@@ -217,10 +223,15 @@ def measure(cmd: list[str], rounds: int, timeout: float = 3600, env: dict | None
         log.append(line)
         m = ROUND_LINE.search(line)
         if m and int(m.group(1)) not in lines:
-            lines[int(m.group(1))] = (time.perf_counter() - start, float(m.group(2)))
-    proc.wait(timeout)
+            last[0] = time.perf_counter()
+            lines[int(m.group(1))] = (last[0] - start, float(m.group(2)))
+    proc.wait()
     done.set()
     sampler.join()
+    try:  # what the run left behind (Ray's daemons outlive a killed driver)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     if proc.returncode != 0 or len(lines) < rounds:
         raise RuntimeError(f"exit {proc.returncode}, {len(lines)} of {rounds} rounds: {' '.join(cmd)}\n{''.join(log[-30:])}")
     t = [lines[r][0] for r in range(1, rounds + 1)]
@@ -273,7 +284,20 @@ def run_one(args, way: str, cmd: list[str], loads_file: str, out: str, want: lis
     if os.path.exists(loads_file):
         os.remove(loads_file)
     meter = CpuMeter()
-    r = measure(cmd, args.rounds, env={job.LOADS_ENV: loads_file})
+    try:
+        r = measure(cmd, args.rounds, env={job.LOADS_ENV: loads_file})
+        r["retries"] = 0
+    except RuntimeError as exc:
+        if way != "flower":
+            raise
+        # Ray's start-up can fail on a loaded machine (its raylet gives up waiting for its
+        # metrics agent): once more, and the table says so.
+        print(f"Flower failed, once more: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
+        if os.path.exists(loads_file):
+            os.remove(loads_file)
+        meter = CpuMeter()
+        r = measure(cmd, args.rounds, env={job.LOADS_ENV: loads_file})
+        r["retries"] = 1
     r["foreign_cpu"] = meter.foreign_share()
     if way == "flower":
         r["loads"] = job.check_loads(loads_file, FLOWER_ACTORS, "Flower")
@@ -328,10 +352,12 @@ def main(argv=None) -> int:
         with open(journal) as f:
             done = {(d := json.loads(line)).pop("key"): d for line in f if line.strip()}
     rows, curve_lines = [], []
-    for n in [int(c) for c in args.clients.split(",")]:
-        results = {(w, t): [] for w in ways for t in timings}
-        want = [job.schedule(n, r, args.seed) for r in range(1, args.rounds + 1)]
-        for rep in range(args.repeats):
+    sizes = [int(c) for c in args.clients.split(",")]
+    results = {(n, w, t): [] for n in sizes for w in ways for t in timings}
+    gaps = {}
+    for rep in range(args.repeats):  # a repeat covers every N first: a cut-short run has each N once
+        for n in sizes:
+            want = [job.schedule(n, r, args.seed) for r in range(1, args.rounds + 1)]
             for timing in timings:  # interleaved: each repeat runs every framework back to back
                 eval_every = 1 if timing == "every" else args.rounds
                 out = os.path.join(args.out_dir, f"fdahpc-n{n}-{timing}-r{rep}.h5")
@@ -343,23 +369,27 @@ def main(argv=None) -> int:
                         r = run_one(args, way, cmds[way], os.path.join(args.out_dir, f"loads-{key}.txt"), out, want)
                         with open(journal, "a") as f:  # resumable: a rerun skips what is journaled
                             f.write(json.dumps(dict(key=key, **r)) + "\n")
-                    results[way, timing].append(r)
+                    results[n, way, timing].append(r)
                     print(f"N = {n}, repeat {rep}, scoring {TIMINGS[timing]}: {way} {r['per_round']:.3f} s/round "
                           f"(others used {r['foreign_cpu']:.0%} of the cores meanwhile)", file=sys.stderr, flush=True)
                 if timing == "every" and len(ways) > 1:
-                    gap = check_curves({w: results[w, timing][-1]["accuracy"] for w in ways}, args.curve_tolerance)
-                    if rep == 0:
-                        curve_lines.append(f"N = {n}: largest accuracy difference over the {args.rounds} rounds: {gap}")
+                    gap = check_curves({w: results[n, w, timing][-1]["accuracy"] for w in ways}, args.curve_tolerance)
+                    gaps.setdefault(n, gap)
+    for n in sizes:
+        if n in gaps:
+            curve_lines.append(f"N = {n}: largest accuracy difference over the {args.rounds} rounds (repeat 0): {gaps[n]}")
         for timing in timings:
             for way in ways:
-                r = results[way, timing]
-                base = results.get(("bare", timing))
+                r = results[n, way, timing]
+                base = results.get((n, "bare", timing))
                 ratio = (statistics.median(a["per_round"] / b["per_round"] for a, b in zip(r, base)) if base
                          else float("nan"))
                 rows.append([n, way, TIMINGS[timing], f"{statistics.median(x['per_round'] for x in r):.3f}", f"{ratio:.2f}",
                              f"{statistics.median(x['startup'] for x in r):.1f}", f"{max(x['peak_gb'] for x in r):.2f}",
                              f"{max(x['peak_pss_gb'] for x in r):.2f}", f"{statistics.median(x['accuracy'][-1] for x in r):.4f}",
-                             str(max(x["loads"] for x in r)) if way == "flower" else "",
+                             (str(max(x["loads"] for x in r)) + (f" ({sum(x.get('retries', 0) for x in r)} Ray restarts)"
+                                                                  if any(x.get("retries") for x in r) else ""))
+                             if way == "flower" else "",
                              f"{statistics.median(x['foreign_cpu'] for x in r):.0%}"])
                 if timing == timings[0]:
                     curve_lines.append(f"N = {n} {way:7s} accuracy per round (repeat 0, scoring {TIMINGS[timing]}): "
