@@ -1,6 +1,6 @@
 """torchft's fault-tolerant ``LocalSGD`` on the job of ``peers_torch_averager.py`` (CPU, gloo).
 
-    python -m venv V && V/bin/pip install torch==2.13.0 torchft
+    pip install -e ".[peers-torchft]"     # or a venv of its own: python -m venv V && V/bin/pip install torch==2.13.0 torchft
     PYTHONPATH=. V/bin/python benchmarks/peers_torchft.py --steps 900 --period 10
 
 Two replica groups of one process each (torchft's unit of fault tolerance), a
