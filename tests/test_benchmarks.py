@@ -599,16 +599,106 @@ def test_semiasync_aggregate_projection_is_the_stated_model():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST_DIR), reason="dataset-fashion-mnist not installed")
-def test_peers_reads_the_round_lines_of_fdahpc_and_of_the_bare_loop(tmp_path):
-    """The harness times real runs by their round lines: fdahpc's log and the bare loop's."""
+def test_peers_fdahpc_and_the_bare_loop_train_the_same_clients_to_the_same_model(tmp_path):
+    """The harness times real runs by their round lines; fdahpc's run file names the
+    scheduled clients, and the bare loop, handed the same clients and batches, scores the same."""
     import peers
 
     args = peers.parse(["--clients", "20", "--rounds", "2"])
-    cmds = peers.commands(args, 20, str(tmp_path / "f.h5"))
-    for way in ("fdahpc", "bare"):
-        r = peers.measure(cmds[way], 2, timeout=300)
+    out = str(tmp_path / "f.h5")
+    cmds = peers.commands(args, 20, out, eval_every=1)
+    want = [peers.job.schedule(20, r, 0) for r in (1, 2)]
+    runs = {way: peers.run_one(args, way, cmds[way], str(tmp_path / f"{way}.loads"), out, want) for way in ("fdahpc", "bare")}
+    for way, r in runs.items():
         assert len(r["accuracy"]) == 2 and all(0.05 < a < 1 for a in r["accuracy"]), way
         assert r["per_round"] > 0 and r["peak_gb"] > 0.05, way
+    peers.check_curves({w: r["accuracy"] for w, r in runs.items()}, 0.005)
+
+
+def test_peers_client_job_draws_the_batches_of_a_stream_kept_across_jobs():
+    """A client's j-th job rebuilt from scratch (the bare loop, Flower's actors) takes the
+    batches fdahpc's host draws from the client's one stream kept across its jobs."""
+    import peers_job
+    from fdahpc.worker import BatchStream
+
+    x, y = np.arange(50, dtype=np.float32).reshape(50, 1), np.arange(50)
+    steps = 2  # ceil(50 / 32): each job ends inside a permutation
+    kept = BatchStream(x, y, 32, 3, 7)
+    for j in range(4):
+        want = [kept.next()[1].tolist() for _ in range(steps)]
+        fresh = BatchStream(x, y, 32, 3, 7)
+        peers_job._skip(fresh, j * steps)
+        assert [fresh.next()[1].tolist() for _ in range(steps)] == want, j
+
+
+def test_peers_schedule_is_fdahpcs_sampler_and_the_bare_split_is_greedy():
+    import peers
+    import peers_job
+    from fdahpc.semiasync.clock import VirtualClock
+
+    clock = VirtualClock(100, 1, 5, per_round=10)
+    rounds = [peers_job.schedule(100, r, 5) for r in range(1, 7)]
+    assert rounds == [clock.starters(None if r == 0 else rounds[r - 1], r) for r in range(6)]
+    assert all(len(set(r)) == 10 for r in rounds) and rounds[0] != rounds[1]
+    c = rounds[5][0]
+    assert peers_job.jobs_before(100, c, 6, 5) == sum(c in r for r in rounds[:5])
+    split = peers.greedy_split({1: 50, 2: 40, 3: 30, 4: 30, 5: 20}, 2)
+    assert split == [[1, 4], [2, 3, 5]]  # largest first, each to the lighter process: loads 80 and 90
+    assert sorted(sum(split, [])) == [1, 2, 3, 4, 5]
+
+
+def test_peers_load_guard_fails_a_run_whose_cache_did_not_hold(tmp_path, monkeypatch):
+    """Every training-set load is recorded; more loads than worker processes fail the run."""
+    import peers_job
+
+    path = str(tmp_path / "loads")
+    monkeypatch.setenv(peers_job.LOADS_ENV, path)
+    with pytest.raises(RuntimeError, match="no data load recorded"):
+        peers_job.check_loads(path, 2, "Flower")
+    peers_job.record_load()
+    peers_job.record_load()
+    assert peers_job.check_loads(path, 2, "Flower") == 2
+    peers_job.record_load()
+    with pytest.raises(RuntimeError, match="3 loads of the training set in 1 processes for 2 workers"):
+        peers_job.check_loads(path, 2, "Flower")
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST_DIR), reason="dataset-fashion-mnist not installed")
+def test_peers_flower_app_from_a_module_keeps_its_cache_and_one_from_the_script_does_not(tmp_path, monkeypatch):
+    """Shipped as Flower's Ray backend ships it (cloudpickle, with every message), the module's
+    ClientApp finds its data cached; the one defined in the script (by value) reloads every call.
+    Runs where Flower is installed (its own venv: run pytest with that interpreter)."""
+    pytest.importorskip("flwr", reason="Flower absent: pip install -e '.[peers]'")
+    cloudpickle = pytest.importorskip("ray.cloudpickle", reason="Ray absent: pip install -e '.[peers]'")
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+
+    import peers
+    import peers_flower_app
+    import peers_job
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name in ("_task_id", "_run_id", "_node_id"):  # set by a SuperLink in a real run
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    arrays = ArrayRecord(peers_job.new_lenet(0).state_dict())
+    context = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+
+    def loads_after_two_calls(app, name):
+        path = str(tmp_path / name)
+        monkeypatch.setenv(peers_job.LOADS_ENV, path)
+        for job in range(2):
+            cfg = ConfigRecord({"server-round": job + 1, "clients": 20, "seed": 0, "client": 3, "job": job})
+            msg = Message(content=RecordDict({"arrays": arrays, "config": cfg}), message_type=MessageType.TRAIN,
+                          dst_node_id=1)
+            reply = cloudpickle.loads(cloudpickle.dumps(app))(msg, context)  # a fresh copy per call, as an actor gets it
+            assert reply.content["metrics"]["num-examples"] > 0
+        return peers_job.count_loads(path)[0]
+
+    peers_flower_app._CACHE.clear()
+    assert loads_after_two_calls(peers_flower_app.app, "module") == 1
+    assert loads_after_two_calls(peers.inline_client_app(), "inline") == 2
+    with pytest.raises(RuntimeError, match="does not hold"):
+        peers_job.check_loads(str(tmp_path / "inline"), 1, "Flower")
 
 
 def test_fda_rounds_reads_each_rounds_end_from_the_series():
