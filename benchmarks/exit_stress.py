@@ -155,19 +155,21 @@ def main(argv=None) -> int:
         writer = csv.DictWriter(handle, FIELDS)
         if new:
             writer.writeheader()
+    runnable = [c for c in cases if not (c.startswith("srun") and why_not)]
+    for case in sorted(set(cases) - set(runnable)):
+        print(f"{case}: skipped: {why_not}", flush=True)
     try:
-        for case in cases:
-            if case.startswith("srun") and why_not:
-                print(f"{case}: skipped: {why_not}", flush=True)
+        # Round-robin over the cases, so that a run cut short has measured each of them alike.
+        for job, case in ((j, c) for j in range(a.jobs) for c in runnable):
+            if job < len(done[case]):
                 continue
-            for job in range(len(done[case]), a.jobs):
-                row = one_job(case, job, scratch, a.timeout)
-                done[case].append(row)
-                if writer:
-                    writer.writerow(row)
-                    handle.flush()
-                if row["verdict"] != "clean":
-                    print(f"{case} job {job}: {row['why']}", flush=True)
+            row = one_job(case, job, scratch, a.timeout)
+            done[case].append(row)
+            if writer:
+                writer.writerow(row)
+                handle.flush()
+            if row["verdict"] != "clean":
+                print(f"{case} job {job}: {row['why']}", flush=True)
     finally:
         for b in burners:
             b.terminate()
