@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -144,6 +145,8 @@ def main(argv=None) -> int:
     os.makedirs(scratch, exist_ok=True)
     print(f"# {' '.join([os.path.basename(sys.argv[0]), *(argv if argv is not None else sys.argv[1:])])}")
     print(f"# {a.burners} burner(s) on {os.cpu_count()} cores; logs of unclean jobs in {scratch}", flush=True)
+    # A SIGTERM (a run stopped by hand or by a time limit) ends the burners too, then the table.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     burners = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(a.burners)]
     for b in burners:
         b.start()
@@ -170,6 +173,8 @@ def main(argv=None) -> int:
                 handle.flush()
             if row["verdict"] != "clean":
                 print(f"{case} job {job}: {row['why']}", flush=True)
+    except KeyboardInterrupt:
+        print("stopped; --resume carries on", flush=True)
     finally:
         for b in burners:
             b.terminate()
