@@ -48,6 +48,10 @@ BAD_OUTPUT = re.compile(r"terminate called|core dumped|Aborted|Segmentation faul
 FIELDS = ("case", "job", "exit", "seconds", "status", "verdict", "why")
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _burn() -> None:
     while True:
         pass
@@ -146,7 +150,7 @@ def main(argv=None) -> int:
     print(f"# {' '.join([os.path.basename(sys.argv[0]), *(argv if argv is not None else sys.argv[1:])])}")
     print(f"# {a.burners} burner(s) on {os.cpu_count()} cores; logs of unclean jobs in {scratch}", flush=True)
     # A SIGTERM (a run stopped by hand or by a time limit) ends the burners too, then the table.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     burners = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(a.burners)]
     for b in burners:
         b.start()
