@@ -166,6 +166,7 @@ class SemiAsyncMode(Mode):
         from ..params import FlatParams
         from .clock import VirtualClock, parse_scenarios
         from .rules import build_rule
+        from ..data.text import as_tensor
 
         if not comm.point_to_point:
             raise ValueError("--mode semiasync: the coordinator needs MPI's probe, which torch.distributed lacks; "
@@ -192,14 +193,17 @@ class SemiAsyncMode(Mode):
         rule = build_rule(cfg.strategy, server_lr=cfg.server_lr, feedback=not cfg.fedqs_no_feedback,
                           variant=cfg.fedqs_variant, feedback_weight=cfg.fedqs_feedback, weighting=cfg.weighting)
         fedqs = fedqs_params(cfg) if rule.needs_client_state else None
+        if fedqs is not None and cfg.model == "gpt":
+            raise ValueError(f"--strategy {cfg.strategy}: FedQS's label test needs one label per sample, the gpt predicts "
+                             "every position; use --model lstm")
         if comm.is_root:
             from .server import Server
 
             clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
                                  per_round=cfg.clients_per_round)
-            role = Server(comm, model, flat, rule, clock, hosts, torch.from_numpy(data.x_test),
-                          torch.from_numpy(data.y_test), cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
-                          target_accuracy=cfg.target_accuracy, log_every=cfg.log_every,
+            role = Server(comm, model, flat, rule, clock, hosts, as_tensor(data.x_test), as_tensor(data.y_test),
+                          cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
+                          target_accuracy=cfg.target_accuracy, target_loss=cfg.target_loss, log_every=cfg.log_every,
                           model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts")
         else:
             from .client import Host
