@@ -237,3 +237,19 @@ def test_semiasync_lstm_short_run(tmp_path, play_dir):
     with h5py.File(out) as f:
         assert f.attrs["status"] == "finished" and len(f["round/loss"][:]) == 4
         assert np.isfinite(f["round/loss"][:]).all() and (f["round/accuracy"][:] > 0).all()
+
+
+def test_sync_lstm_in_process(tmp_path, play_dir):
+    """The LSTM in the synchronous mode (one rank, the local backend): it trains, and the
+    test loss is the mean cross-entropy of the one next character per sample."""
+    from conftest import train_inprocess
+    from fdahpc.comm import LocalCommunicator
+
+    out = tmp_path / "lstm.h5"
+    _, result = train_inprocess(LocalCommunicator(), out, dataset="shakespeare", data_dir=str(play_dir), model="lstm",
+                                context=12, strategy="fedavg", tau=5, max_steps=20, eval_every=10, lr=0.01,
+                                batch_size=16)
+    with h5py.File(out) as f:
+        assert f.attrs["status"] == "finished" and f.attrs["params"] == count_params(build_text_model("lstm", 23))
+        loss = f["eval/loss"][:]
+        assert len(loss) == 2 and loss[-1] < np.log(23) and result["final_loss"] == loss[-1]
