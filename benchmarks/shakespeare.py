@@ -46,9 +46,10 @@ def main() -> None:
             run = run_train(args.ranks, common + flags, out, args.timeout)
         loss, acc, steps = run["eval/loss"], run["eval/accuracy"], run["eval/step"]
         at = {int(s): f"{l:.3f}" for s, l in zip(steps, loss)}
-        rows.append([label, run["steps"], run["syncs"], f"{run['comm_bytes'] / 1e6:.1f}",
-                     at.get(100, "-"), at.get(200, "-"), f"{loss[-1]:.3f}", f"{acc[-1]:.4f}", f"{run['wall_seconds']:.0f}"])
-    print_report(f"GPT (0.21 M) on Shakespeare, --partition roles, K = {args.ranks}, {args.steps} steps, seed {args.seed}",
+        rows.append([label, run["steps"], run["syncs"], f"{run['comm_bytes'] / 1e6:.1f}", at.get(100, "-"),
+                     at.get(200, "-"), f"{loss[-1]:.3f}", f"{acc[-1]:.4f}", f"{run['wall_seconds']:.0f}"])
+    print_report(f"GPT (0.21 M) on Shakespeare, --partition roles, K = {args.ranks}, {args.steps} steps, "
+                 f"seed {args.seed}",
                  ["method", "steps", "syncs", "MB", "loss@100", "loss@200", "loss", "accuracy", "wall s"], rows,
                  "loss: mean next-character cross-entropy of the averaged model on the held-out text (nats); "
                  "accuracy: next-character accuracy; MB: training bytes (model syncs and FDA states), all ranks")
