@@ -253,3 +253,21 @@ def test_sync_lstm_in_process(tmp_path, play_dir):
         assert f.attrs["status"] == "finished" and f.attrs["params"] == count_params(build_text_model("lstm", 23))
         loss = f["eval/loss"][:]
         assert len(loss) == 2 and loss[-1] < np.log(23) and result["final_loss"] == loss[-1]
+
+
+@pytest.mark.slow
+def test_text_run_resumes_bit_for_bit(tmp_path, play_dir):
+    """A GPT run stopped at step 15 and resumed from its checkpoint ends with the model of
+    the same run done in one go (the windows' batch order is part of the checkpoint)."""
+    flags = [*TEXT, "--data-dir", str(play_dir), "--model", "gpt", "--context", "16", "--gpt-layers", "1",
+             "--gpt-width", "32", "--partition", "roles", "--strategy", "linearfda", "--theta", "0.01",
+             "--eval-every", "10"]
+    ck = str(tmp_path / "ck")
+    for steps, extra, out in ((30, [], "full"), (15, ["--checkpoint-dir", ck], "part"),
+                              (30, ["--checkpoint-dir", ck, "--resume", "auto"], "part")):
+        res = run_python(["-m", "fdahpc.train", *flags, "--max-steps", str(steps), *extra,
+                          "--out", str(tmp_path / f"{out}.h5")], ranks=2)
+        assert res.returncode == 0, res.stderr[-3000:]
+    with h5py.File(tmp_path / "full.h5") as a, h5py.File(tmp_path / "part.h5") as b:
+        assert np.array_equal(a["final/model"][:], b["final/model"][:])
+        assert a["eval/loss"][:].tolist() == b["eval/loss"][:].tolist()
