@@ -97,15 +97,12 @@ def windows_of(corpus: Corpus, context: int, targets: str, keep: Callable | None
         raise ValueError(f"targets {targets!r}: choose one of {', '.join(TARGETS)}")
     if not isinstance(context, int) or context < 1:
         raise ValueError(f"--context {context!r}: must be an integer >= 1, e.g. --context 64")
-    longest = int((corpus.test_start - corpus.start).max())
-    if context + 1 > longest:
-        raise ValueError(f"--context {context}: longer than the text (the longest role's training text has "
-                         f"{longest} characters, a sample needs context + 1); use --context {max(1, longest - 1)} or less")
-    longest_test = int((corpus.end - corpus.test_start).max())
-    if context + 1 > longest_test:
-        raise ValueError(f"--context {context}: longer than the held-out text (the longest role's test text has "
-                         f"{longest_test} characters, a sample needs context + 1); use --context {max(1, longest_test - 1)} "
-                         "or less")
+    for which, lo, hi in (("training", corpus.start, corpus.test_start), ("test", corpus.test_start, corpus.end)):
+        longest = int((hi - lo).max())
+        if context + 1 > longest:  # no sample at all in this split
+            raise ValueError(f"--context {context}: longer than the text (the longest role's {which} text has "
+                             f"{longest} characters, a sample needs context + 1); use --context {max(1, longest - 1)} "
+                             "or less")
     codes = torch.from_numpy(corpus.codes)
     out = []
     for lo, hi, stride, pick in ((corpus.start, corpus.test_start, 1, keep),
