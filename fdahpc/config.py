@@ -53,6 +53,8 @@ class TrainConfig:
     max_steps: int | None = _f(None, "sync: stop after this many local steps (overrides --epochs when smaller)", resumable=True)
     target_accuracy: float | None = _f(None, "stop as soon as the global (averaged) model reaches this test accuracy", resumable=True)
     target_loss: float | None = _f(None, "stop as soon as the global (averaged) model's test loss (mean cross-entropy) is <= this", resumable=True)
+    eval_samples: int | None = _f(None, "score the model on this many test samples, evenly spaced through the test set and the "
+                                  "same at every evaluation (e.g. for the Shakespeare LSTM's costly test); all when omitted")
     eval_every: int | None = _f(None, "sync: also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)", resumable=True)
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
@@ -154,7 +156,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
     "text": ("context", "gpt_layers", "gpt_heads", "gpt_width"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy", "target_loss",
-                 "eval_every", "seed", "clip_grad_norm"),
+                 "eval_samples", "eval_every", "seed", "clip_grad_norm"),
     "fda": ("theta", "theta_auto_epochs", "fda_lag", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs"),
@@ -214,6 +216,8 @@ def _validate(c: TrainConfig) -> None:
     if c.target_loss is not None:
         _require(c.target_loss > 0 and math.isfinite(c.target_loss),
                  f"--target-loss {c.target_loss}: must be a positive cross-entropy, e.g. 1.6")
+    if c.eval_samples is not None:
+        _require(c.eval_samples >= 1, f"--eval-samples {c.eval_samples}: must be >= 1 (omit it to score the whole test set)")
     if c.eval_every is not None:
         _require(c.eval_every >= 1, f"--eval-every {c.eval_every}: must be >= 1")
     if c.checkpoint_every is not None:

@@ -189,13 +189,20 @@ def mode_of(name: str) -> Mode:
 
 def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None):
     """The dataset of ``cfg``, with the training rows ``train_indices(labels)`` picks for this
-    rank (and the test rows ``test_indices(labels)`` picks; all when None)."""
+    rank (and the test rows ``test_indices(labels)`` picks; all when None, or ``--eval-samples``
+    rows spread evenly over the test set)."""
+    import numpy as np
+
     from .config import text_options
     from .data import TEXT_DATASETS, check_dataset, load_dataset
 
     text = {}
     if check_dataset(cfg.dataset)[0] in TEXT_DATASETS:
         text = dict(context=text_options(cfg).context, targets="sequence" if cfg.model == "gpt" else "last")
+    if test_indices is None and cfg.eval_samples is not None:
+        def test_indices(labels):  # evenly spaced: every part of the test set (every role, every class) is seen
+            n = len(labels)
+            return np.unique(np.linspace(0, n - 1, min(cfg.eval_samples, n)).round().astype(np.int64)) if n else labels[:0]
     return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, train_indices=train_indices,
                         test_indices=test_indices, **text)
 

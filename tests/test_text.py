@@ -271,3 +271,18 @@ def test_text_run_resumes_bit_for_bit(tmp_path, play_dir):
     with h5py.File(tmp_path / "full.h5") as a, h5py.File(tmp_path / "part.h5") as b:
         assert np.array_equal(a["final/model"][:], b["final/model"][:])
         assert a["eval/loss"][:].tolist() == b["eval/loss"][:].tolist()
+
+
+def test_eval_samples_scores_an_evenly_spaced_subset(play_dir):
+    from fdahpc.config import TrainConfig
+    from fdahpc.run import load_data
+
+    options = dict(dataset="shakespeare", data_dir=str(play_dir), model="lstm", context=8)
+    full = load_data(TrainConfig(**options), lambda roles: roles[:0])
+    part = load_data(TrainConfig(**options, eval_samples=5), lambda roles: roles[:0])
+    n = len(full.x_test)
+    assert len(part.x_test) == 5 < n and part.x_test[0].tolist() == full.x_test[0].tolist()
+    assert part.x_test[4].tolist() == full.x_test[n - 1].tolist()  # first to last
+    assert part.y_test.tolist() == full.y_test[np.linspace(0, n - 1, 5).round().astype(int)].tolist()
+    with pytest.raises(ValueError, match="--eval-samples 0: must be >= 1"):
+        TrainConfig(**options, eval_samples=0)
