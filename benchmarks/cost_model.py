@@ -49,6 +49,17 @@ def allreduce_seconds(n: float, k: int, alpha: float, beta: float) -> float:
     return latency_rounds(k) * alpha + bandwidth_bytes(n, k) * beta
 
 
+def ring_allreduce_seconds(n: float, k: int, alpha: float, beta: float) -> float:
+    """T_ring(n, K) = 2(K−1)α + 2(K−1)/K·n·β: a ring reduce-scatter then allgather, K−1 steps each,
+    every step one message of n/K bytes (the latency-heavier schedule NCCL and gloo's ring use);
+    zero for one rank. Equal to :func:`allreduce_seconds` at K = 2."""
+    return (2 * (k - 1) * alpha if k > 1 else 0.0) + bandwidth_bytes(n, k) * beta
+
+
+#: The AllReduce schedules a report can price with, by name.
+COLLECTIVES = {"rabenseifner": allreduce_seconds, "ring": ring_allreduce_seconds}
+
+
 def fabric_alpha_beta(gbps: float, latency_us: float) -> tuple[float, float]:
     """(α in s, β in s/B) of a link of ``gbps`` Gb/s per rank and ``latency_us`` µs per message."""
     return latency_us * 1e-6, 8.0 / (gbps * 1e9)

@@ -69,9 +69,13 @@ def rounds(run: dict) -> list[dict]:
 def report(path: str) -> None:
     run = read_run(path)
     print(f"{path}")
-    if "fda_auto/theta" in run:
-        print(f"--theta auto: Θ = {float(run['fda_auto/theta'][0]):.4g} after a calibration round of "
+    if "fda_auto/calibration_steps" in run:
+        print(f"--theta auto-once: Θ = {float(run['fda_auto/theta'][0]):.4g} after a calibration round of "
               f"{int(run['fda_auto/calibration_steps'][0])} steps")
+    elif "fda_auto/theta" in run:  # --theta auto: one re-calibration per synchronization
+        print("--theta auto: Θ after each round (round steps, exact variance at its sync): " + ", ".join(
+            f"{float(t):.4g} ({int(n)}, {float(v):.4g})" for t, n, v in
+            zip(run["fda_auto/theta"], run["fda_auto/round_steps"], run["fda_auto/variance"])))
     done = rounds(run)
     synced = [r for r in done if r["synced"]]
     rows = [[r["first"], r["last"], r["length"], f"{r['h']:.4g}" if "h" in r else "",

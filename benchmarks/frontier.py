@@ -146,8 +146,14 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--fedavg-epochs", default=",".join(f"{e:g}" for e in FEDAVG_EPOCHS),
                    help="FedAvg round lengths in epochs (default 0.25,0.5,1,2)")
     p.add_argument("--no-auto", action="store_true", help="leave out the --theta auto runs")
+    p.add_argument("--auto-rules", default="auto,auto-once",
+                   help="which Θ rules the auto runs use: auto (re-calibrated every round, horizons --auto-round-epochs), "
+                        "auto-once (one calibration round of --auto-epochs); default both")
+    p.add_argument("--auto-round-epochs", default="1",
+                   help="--theta-round-epochs values (the horizon H) for LinearFDA's --theta auto runs (SketchFDA: the "
+                        "first only; default 1)")
     p.add_argument("--auto-epochs", default="1",
-                   help="--theta-auto-epochs values for LinearFDA's auto runs (SketchFDA: the first only; default 1)")
+                   help="--theta-auto-epochs values for LinearFDA's --theta auto-once runs (SketchFDA: the first only; default 1)")
     p.add_argument("--paper-baseline", type=float, metavar="LR",
                    help="also run the FDA paper's own comparison: FedAvg with SGD at LR in 1-epoch rounds, against "
                         "FDA with its Adam (not like for like: reported apart, outside the domination count)")
@@ -180,6 +186,10 @@ def parse(argv=None) -> argparse.Namespace:
             raise ValueError("--paper-baseline compares FDA's preset Adam with SGD FedAvg: leave /OPTIMIZER:LR out of --settings")
         args.fedavg_epochs = [float(x) for x in args.fedavg_epochs.split(",") if x.strip()]
         args.auto_epochs = [float(x) for x in args.auto_epochs.split(",") if x.strip()]
+        args.auto_round_epochs = [float(x) for x in args.auto_round_epochs.split(",") if x.strip()]
+        args.auto_rules = {r.strip() for r in args.auto_rules.split(",") if r.strip()}
+        if not args.auto_rules <= {"auto", "auto-once"}:
+            raise ValueError(f"--auto-rules {','.join(sorted(args.auto_rules))}: choose from auto,auto-once")
     except ValueError as exc:
         p.error(str(exc))
     return args
@@ -199,10 +209,14 @@ def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
                + [f for f in FDA if f in only])
     if args.paper_baseline is not None and "paper" in only:
         entries.append(f"fedavg:local-epochs=1:optimizer=sgd:lr={args.paper_baseline:g}")
-    if not args.no_auto and "auto" in only:
+    if not args.no_auto and "auto" in only and "auto" in args.auto_rules:
+        for i, h in enumerate(args.auto_round_epochs):  # the horizon always spelled out: run files of the old rule differ
+            flag = f":theta-round-epochs={h:g}"
+            entries += [f"linearfda:theta=auto{flag}"] + ([f"sketchfda:theta=auto{flag}"] if i == 0 else [])
+    if not args.no_auto and "auto" in only and "auto-once" in args.auto_rules:
         for i, w in enumerate(args.auto_epochs):
             flag = "" if w == 1 else f":theta-auto-epochs={w:g}"  # 1 is the default: the plain entry
-            entries += [f"linearfda:theta=auto{flag}"] + ([f"sketchfda:theta=auto{flag}"] if i == 0 else [])
+            entries += [f"linearfda:theta=auto-once{flag}"] + ([f"sketchfda:theta=auto-once{flag}"] if i == 0 else [])
     folder = os.path.join(args.workdir, setting.folder)
     argv = ["--strategies", ",".join(entries), "--thetas", args.thetas or own["thetas"],
             "--workers", str(setting.workers), "--partitions", setting.partition, "--skip", "",
@@ -238,8 +252,12 @@ def knob_of(row: dict) -> str:
     if row["family"] in FDA:
         if "theta=auto" not in row["entry"]:
             return f"Θ={float(row['theta']):g}"
+        horizon = row["entry"].partition("theta-round-epochs=")[2].partition(":")[0]
+        if horizon:  # the rule re-calibrated every round
+            return f"auto (H {horizon} ep)"
+        # auto-once, or the same rule under its earlier name (a plain theta=auto entry without a horizon)
         epochs = row["entry"].partition("theta-auto-epochs=")[2]
-        return f"auto ({epochs or '1'} ep)"
+        return f"auto-once ({epochs or '1'} ep)"
     return ""
 
 
@@ -596,7 +614,16 @@ def read_points(paths: list[str]) -> list[dict]:
             # Older CSVs lack the optimizer, lr and seed columns: those stay empty ("the presets").
             out += [{k: row.get(k, "") if row.get(k, "") == "" else _TYPES.get(k, str)(row[k]) for k in FIELDS}
                     for row in csv.DictReader(fh)]
+    for p in out:
+        p["knob"] = current_knob(str(p["knob"]))
     return out
+
+
+def current_knob(knob: str) -> str:
+    """CSVs written before the per-round rule call the one-calibration rule 'auto (N ep)'."""
+    if knob.startswith("auto (") and not knob.startswith("auto (H "):
+        return "auto-once" + knob[len("auto"):]
+    return knob
 
 
 def merge(old: list[dict], new: list[dict]) -> list[dict]:

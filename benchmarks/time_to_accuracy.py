@@ -21,6 +21,19 @@ measured:
 Printed per setting and target: each fabric's fastest run of each family and which family
 is fastest, with its lead. Compute is this machine's CPU; on a GPU it shrinks and the
 communication weighs more (``scaling.py``'s break-even column says by how much).
+
+Then the per-row report (docs/time_model.md): for each (model size, step time, fabric,
+setting, target) the fastest run, the communication share of a synchronous step, the best
+tuned run (Synchronous, FedAvg's τ grid, FDA's Θ grid, any other family's grid in the CSV)
+and the tuning-free run with its ratio, verdict (≤ 1.15× met, > 2× far) and why it misses;
+the counts; and the rows where a synchronous step is ≥ 50 % communication:
+
+    python benchmarks/time_to_accuracy.py --step-ms measured,5,20,100 --model-size actual --model-size 1e7
+    python benchmarks/time_to_accuracy.py --collective ring --tuning-free 'linearfda auto-once (1 ep)'
+
+A stated step (``--step-ms``) is FedAvg's local step on a GPU node, each strategy's own work
+kept at its measured ratio to it; a stated model size prices the same measured curves as if
+the model had that many parameters (the syncs are still recovered with the model that ran).
 """
 
 from __future__ import annotations
@@ -29,22 +42,58 @@ import argparse
 import csv
 import math
 import os
+import re
 import sys
+from typing import NamedTuple
 
 import _common  # noqa: F401
 from _common import REPO_ROOT, print_report
-from cost_model import FABRICS, fabric_allreduce_seconds
+from cost_model import COLLECTIVES, FABRICS, fabric_alpha_beta
 import frontier
 from frontier import FDA
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # usage suppressed: a bad flag is one line on stderr (the problem and its fix), exit 2
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
     p.add_argument("--frontier", default=os.path.join(REPO_ROOT, "benchmarks", "frontier.csv"))
     p.add_argument("--scaling", default=os.path.join(REPO_ROOT, "benchmarks", "scaling.csv"))
     p.add_argument("--markdown", action="store_true",
                    help="print only the README's regime table (frontier's per-regime rows beside the modelled times)")
-    return p.parse_args(argv)
+    p.add_argument("--step-ms", default="measured,5,20,100",
+                   help="step times of the per-row report: 'measured' (this CPU's, scaling.csv) and/or stated "
+                        "milliseconds per local step, e.g. 5,20,100 for GPU nodes (default: %(default)s)")
+    p.add_argument("--model-size", action="append", metavar="SPEC",
+                   help="a model size to price the per-row report at: 'actual' (each model its own), a parameter count "
+                        "for every model (10e6) or MODEL=COUNT[,...]; repeat for several (default: actual and 1e7)")
+    p.add_argument("--collective", choices=sorted(COLLECTIVES), default="rabenseifner",
+                   help="the AllReduce schedule of the per-row report's α–β time (default: %(default)s, as the rest)")
+    p.add_argument("--params", default="", metavar="MODEL=COUNT[,...]",
+                   help="the parameter count of a model this script cannot build (its runs' syncs are recovered "
+                        "with it), e.g. gpt=210000")
+    p.add_argument("--baseline", default=DILOCO_DEFAULT,
+                   help="the run label of the published-defaults baseline the comm-bound rows compare with "
+                        "(default: %(default)s)")
+    p.add_argument("--tuning-free", default="linearfda auto-once (1 ep)",
+                   help="';'-separated run labels (family and knob as the report prints them) that count as "
+                        "tuning-free FDA (default: %(default)s)")
+    args = p.parse_args(argv)
+    try:
+        args.steps = parse_steps(args.step_ms)
+        args.sizes = [parse_size(x) for x in (args.model_size or ["actual", "1e7"])]
+    except ValueError as exc:
+        p.error(str(exc))
+    args.known = {}
+    for item in filter(None, (x.strip() for x in args.params.split(","))):
+        model, _, n = item.partition("=")
+        if not model or not n.isdigit() or int(n) < 1:
+            p.error(f"--params {item!r}: give MODEL=COUNT with a whole parameter count, e.g. gpt=210000")
+        args.known[model] = int(n)
+    args.baseline = args.baseline.strip()
+    args.free = tuple(x.strip() for x in args.tuning_free.split(";") if x.strip())
+    if not args.free:
+        p.error("--tuning-free: empty; give a run label such as 'linearfda auto-once (1 ep)'")
+    return args
 
 
 def compute_per_step(path: str) -> dict[tuple[str, str], float]:
@@ -76,30 +125,67 @@ def state_bytes(family: str) -> int:
 TRAIN_SAMPLES, BATCH = 60_000, 32
 
 
-def monitored_steps(row: dict) -> tuple[int, int]:
+def monitored_steps(row: dict) -> tuple[float, int]:
     """(steps that reduced FDA's state, extra monitoring bytes per rank): every step, except
-    that ``--theta auto`` runs its first round (``auto (E ep)``) unmonitored and then
-    reduces 4 bytes once."""
+    that ``--theta auto-once`` runs its first round (``auto-once (E ep)``) unmonitored and then
+    reduces 4 bytes once, and a knob naming ``every m`` (``--fda-every m``) reduces the state
+    on one step in m. The per-round rule (``auto (H E ep)``) monitors every step (at lag 0 it
+    needs nothing more), and so does an auto knob that names no ``(E ep)`` calibration (the
+    reading that charges FDA most)."""
     steps = float(row["steps"])  # a median over seeds may be fractional
-    if row["auto"] != "True":
-        return steps, 0
-    epochs = float(row["knob"].split("(")[1].split()[0])
-    calibration = round(epochs * math.ceil(TRAIN_SAMPLES / int(row["workers"]) / BATCH))
-    return max(0, steps - calibration), 4
+    every = re.search(r"every[ =]?(\d+)", row["knob"])
+    per = int(every.group(1)) if every else 1
+    if row["auto"] != "True" or row["knob"].startswith("auto (H "):
+        return steps / per, 0
+    calib = re.search(r"\((\d+(?:\.\d+)?) ep\)", row["knob"])
+    if calib is None:
+        return steps / per, 0
+    calibration = round(float(calib.group(1)) * math.ceil(TRAIN_SAMPLES / int(row["workers"]) / BATCH))
+    return max(0, steps - calibration) / per, 4
 
 
-def seconds(row: dict, d: int, compute: float, fabric: str) -> tuple[float, int]:
-    """(wall seconds to the target on ``fabric``, model AllReduces to the target)."""
+class Priced(NamedTuple):
+    """One run's modelled time to its target, in its three parts (seconds), and the counts priced."""
+
+    compute: float
+    sync: float
+    monitor: float
+    steps: float
+    syncs: int
+    monitored: float
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.sync + self.monitor
+
+
+def price(row: dict, d: int, step_s: float, alpha: float, beta: float, collective: str = "rabenseifner",
+          d_price: int | None = None) -> Priced:
+    """``row``'s time to its target: steps · step_s + syncs · T(4·d_price, K) + monitored · T(state, K)
+    (+ T(4 B, K) once for auto's calibration reduction), T the ``collective``'s α–β time.
+
+    The syncs are recovered from the run's measured bytes with the model it ran (``d``
+    parameters); ``d_price`` (default ``d``) prices them as if the model had that many (the
+    same curves, a bigger message): a stated model size, not a measured one."""
+    allreduce = COLLECTIVES[collective]
     k, steps, total = int(row["workers"]), float(row["steps"]), float(row["gb"]) * 1e9
     state = state_bytes(row["family"])
     monitored, extra = monitored_steps(row) if state else (0, 0)
     syncs = round((total - k * (monitored * state + extra)) / (2 * k * 4 * d))
     if syncs < 0:
         raise ValueError(f"{row['run_files']}: {total:.0f} bytes to the target cannot hold {monitored} monitored steps")
-    comm = syncs * fabric_allreduce_seconds(4 * d, k, fabric)
+    sync = syncs * allreduce(4 * (d_price or d), k, alpha, beta)
+    monitor = 0.0
     if state:
-        comm += monitored * fabric_allreduce_seconds(state, k, fabric) + fabric_allreduce_seconds(extra, k, fabric)
-    return steps * compute + comm, syncs
+        monitor = monitored * allreduce(state, k, alpha, beta) + (allreduce(extra, k, alpha, beta) if extra else 0.0)
+    return Priced(steps * step_s, sync, monitor, steps, syncs, monitored)
+
+
+def seconds(row: dict, d: int, compute: float, fabric: str) -> tuple[float, int]:
+    """(wall seconds to the target on ``fabric``, model AllReduces to the target)."""
+    f = FABRICS[fabric]
+    p = price(row, d, compute, *fabric_alpha_beta(f.gbps, f.latency_us))
+    return p.total, p.syncs
 
 
 def fastest(rows: list[dict], d: int, compute: dict[tuple[str, str], float]) -> tuple[list[list], list[str], list[str]]:
@@ -109,7 +195,7 @@ def fastest(rows: list[dict], d: int, compute: dict[tuple[str, str], float]) -> 
     for fabric in FABRICS:
         best: dict[str, tuple[float, dict, int]] = {}
         for r in rows:
-            c = compute[r["model"], r["family"].partition("-")[0]]  # fedavg-sgd: FedAvg's step (Adam's, measured)
+            c = measured_step(compute, r["model"], r["family"])  # fedavg-sgd: FedAvg's step (Adam's, measured)
             t, syncs = seconds(r, d, c, fabric)
             if r["family"] not in best or t < best[r["family"]][0]:
                 best[r["family"]] = (t, r, syncs)
@@ -142,10 +228,10 @@ def markdown(summaries: dict[tuple[str, float], tuple[list[str], list[str]]], po
     tuned Θ) beside the modelled time (FedAvg/FDA, fastest family)."""
     short = {"ethernet-10g": "10G", "infiniband-100g": "IB", "cross-site-1g": "1G"}
     head = ["regime", "target", "fewest steps FDA / FedAvg", "lead in bytes FDA / FedAvg (pair, seeds)", "verdict",
-            "LinearFDA auto (1 ep) / cheapest tuned Θ", "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS),
+            "LinearFDA auto-once (1 ep) / cheapest tuned Θ", "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS),
             "fastest on " + " / ".join(short[f] for f in FABRICS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    auto = "linearfda auto (1 ep) "
+    auto = "linearfda auto-once (1 ep) "  # frontier.read_points names the one-calibration rule so
     for setting, target, steps, leads, verdict, _, _, checks in frontier.regimes(points):
         check = next((c[len(auto):] for c in checks.split("; ") if c.startswith(auto)), "-")
         winners, ratio = summaries.get((setting, float(target)), (["-"] * len(FABRICS), ["-"] * len(FABRICS)))
@@ -155,18 +241,319 @@ def markdown(summaries: dict[tuple[str, float], tuple[list[str], list[str]]], po
     return lines
 
 
+# The per-row report (issue 40, item 5) ---------------------------------------------------------
+
+#: A tuning-free run within this factor of the best tuned method's time meets the goal; beyond FAR it is far off.
+MET, FAR = 1.15, 2.0
+#: The fabrics of the per-row report, slowest first.
+ROW_FABRICS = ("cross-site-1g", "ethernet-10g", "infiniband-100g")
+#: The run label of DiLoCo at its published defaults (H = 500 inner steps), the comm-bound rows' second baseline.
+DILOCO_DEFAULT = "diloco H=500"
+#: Families priced as a paper's comparison, not as a method a user tunes (frontier's ``--paper-baseline``).
+NOT_TUNED = ("fedavg-sgd",)
+
+
+def run_label(row: dict) -> str:
+    """'fedavg 0.5 ep', 'linearfda Θ=2', 'linearfda auto-once (1 ep)', 'synchronous'."""
+    return f"{row['family']} {row['knob']}".strip()
+
+
+def measured_step(compute: dict[tuple[str, str], float], model: str, family: str) -> float | None:
+    """This CPU's seconds for one local step of ``family`` on ``model`` (scaling.csv): a family
+    scaling.py did not measure (fedavg-sgd, diloco, ...) does FedAvg's local work, so it takes
+    FedAvg's step; None where the model was not measured at all."""
+    for key in (family.partition("-")[0], "fedavg"):
+        if (model, key) in compute:
+            return compute[model, key]
+    return None
+
+
+def step_seconds(compute: dict[tuple[str, str], float], model: str, family: str, stated: float | None) -> float | None:
+    """The compute of one local step: this CPU's measured one (``stated`` None), or ``stated``
+    seconds for FedAvg's local step with each strategy's own work (FDA's drift, dots, sketch)
+    kept at its measured ratio to FedAvg's step; ``stated`` itself where nothing was measured."""
+    own = measured_step(compute, model, family)
+    if stated is None:
+        return own
+    base = measured_step(compute, model, "fedavg")
+    return stated * own / base if own and base else stated
+
+
+def kind(row: dict, tuning_free: tuple[str, ...]) -> str:
+    """'free' (a tuning-free method: its label is listed), 'tuned' (a point of a family's grid:
+    not auto), 'paper' (a paper's comparison) or 'other' (an auto run with a knob set)."""
+    if run_label(row) in tuning_free:
+        return "free"
+    if row["family"] in NOT_TUNED:
+        return "paper"
+    return "other" if row["auto"] == "True" else "tuned"
+
+
+def verdict(ratio: float | None) -> str:
+    """Tuning-free time over the best tuned method's: ≤ 1.15 'met', > 2 'far', else 'missed';
+    None (the tuning-free run did not reach the target) 'not reached'."""
+    if ratio is None:
+        return "not reached"
+    return "met" if ratio <= MET else "far" if ratio > FAR else "missed"
+
+
+def why(free: Priced, best: Priced) -> str:
+    """What the tuning-free run's extra time is made of, largest first: the compute of extra
+    steps, extra model syncs, and the monitoring (FDA's per-step state reductions, latency-bound
+    on a slow link); parts where it is not behind are left out."""
+    parts = [("monitoring", free.monitor - best.monitor, f"{free.monitored:.0f} vs {best.monitored:.0f} checks"),
+             ("extra steps", free.compute - best.compute, f"{free.steps:.0f} vs {best.steps:.0f}"),
+             ("extra syncs", free.sync - best.sync, f"{free.syncs} vs {best.syncs}")]
+    excess = free.total - best.total
+    out = [f"{name} {dt / excess:.0%} ({detail})" for name, dt, detail in sorted(parts, key=lambda p: -p[1])
+           if dt > 0 and excess > 0]
+    return "; ".join(out) or "-"
+
+
+def parse_steps(text: str) -> list[float | None]:
+    """``--step-ms``: 'measured' (this CPU's step) and/or milliseconds → [None | seconds]."""
+    out: list[float | None] = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        if item == "measured":
+            out.append(None)
+            continue
+        try:
+            ms = float(item)
+        except ValueError:
+            raise ValueError(f"--step-ms {item!r}: not a number; give milliseconds per step, e.g. 5,20,100, or measured")
+        if not ms > 0 or math.isinf(ms):
+            raise ValueError(f"--step-ms {item!r}: must be a positive number of milliseconds, e.g. 20")
+        out.append(ms / 1000)
+    if not out:
+        raise ValueError("--step-ms: empty; give measured and/or milliseconds, e.g. measured,5,20,100")
+    return out
+
+
+def parse_size(text: str) -> dict[str, float] | None:
+    """One ``--model-size`` scenario: 'actual' (each model its own size: None), a parameter
+    count for every model ('10e6'), or per model ('lenet5=1e6,cnn=1e7'; a model not named
+    keeps its own size) → {model or '*': d}."""
+    if text.strip() == "actual":
+        return None
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        model, _, n = item.rpartition("=")
+        try:
+            d = float(n)
+        except ValueError:
+            raise ValueError(f"--model-size {item!r}: not a parameter count; give e.g. 10e6, cnn=10e6 or actual")
+        if not d >= 1 or math.isinf(d):
+            raise ValueError(f"--model-size {item!r}: a model has at least one parameter; give e.g. 10e6")
+        out[model or "*"] = d
+    if not out:
+        raise ValueError("--model-size: empty; give actual, a parameter count (10e6) or MODEL=COUNT")
+    return out
+
+
+def priced_d(size: dict[str, float] | None, model: str, d: int) -> int:
+    """The parameter count a scenario prices ``model`` at (its own ``d`` unless stated)."""
+    if size is None:
+        return d
+    return int(size.get(model, size.get("*", d)))
+
+
+def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str, str], float],
+              sizes: list[dict[str, float] | None], steps: list[float | None], fabrics=ROW_FABRICS,
+              collective: str = "rabenseifner", tuning_free: tuple[str, ...] = ("linearfda auto-once (1 ep)",),
+              baseline: str = DILOCO_DEFAULT) -> list[dict]:
+    """One dict per (model size, step time, fabric, setting, target, tuning-free method): the
+    fastest run, the communication share of a synchronous step, the best tuned run and the
+    tuning-free run with its ratio, verdict and why. A measured step is priced only at a
+    model's own size (the CPU measured that model); a setting whose model has no measured
+    step is priced with stated steps only."""
+    by_case: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        by_case.setdefault((r["setting"], r["target"]), []).append(r)
+    out = []
+    for size in sizes:
+        for step in steps:
+            for fabric in fabrics:
+                f = FABRICS[fabric]
+                alpha, beta = fabric_alpha_beta(f.gbps, f.latency_us)
+                for (setting, target), rows in by_case.items():
+                    model, k = rows[0]["model"], int(rows[0]["workers"])
+                    d = params[model]
+                    dp = priced_d(size, model, d)
+                    if step is None and dp != d:
+                        continue
+                    sync_step = step_seconds(compute, model, "synchronous", step)
+                    if sync_step is None:
+                        continue
+                    comm = COLLECTIVES[collective](4 * dp, k, alpha, beta)
+                    priced = []
+                    for r in rows:
+                        s = step_seconds(compute, model, r["family"], step)
+                        priced.append((price(r, d, s, alpha, beta, collective, dp), r))
+                    best = {}
+                    for p, r in priced:
+                        key = kind(r, tuning_free)
+                        label = run_label(r) if key == "free" else key
+                        if label not in best or p.total < best[label][0].total:
+                            best[label] = (p, r)
+                    fast_p, fast_r = min(priced, key=lambda x: x[0].total)
+                    tuned = best.get("tuned")
+                    tuned_sync = min(((p, r) for p, r in priced if r["family"] == "synchronous"),
+                                     key=lambda x: x[0].total, default=None)
+                    base = next((p.total for p, r in priced if run_label(r) == baseline), None)
+                    for label in tuning_free:
+                        free = best.get(label)
+                        ratio = free[0].total / tuned[0].total if free and tuned else None
+                        v = verdict(ratio) if tuned else ("met (alone)" if free else "none reached")
+                        reason = ("-" if v == "met" or not free and not tuned else
+                                  "not reached" if not free else why(free[0], tuned[0]) if tuned else "-")
+                        out.append(dict(size=dp, own_size=dp == d, step=step, fabric=fabric, setting=setting,
+                                        target=float(target), model=model, workers=k,
+                                        sync_share=comm / (sync_step + comm), fastest=run_label(fast_r),
+                                        fastest_s=fast_p.total, tuned=tuned and run_label(tuned[1]),
+                                        tuned_s=tuned and tuned[0].total, method=label, free_s=free and free[0].total,
+                                        ratio=ratio, verdict=v, why=reason,
+                                        sync_s=tuned_sync and tuned_sync[0].total, baseline_s=base))
+    return out
+
+
+def step_name(step: float | None) -> str:
+    return "measured" if step is None else f"{step * 1000:g} ms"
+
+
+def row_table(rows: list[dict]) -> list[list]:
+    """The per-row table's cells."""
+    num = lambda x, f="{:.1f}": "-" if x is None else f.format(x)  # noqa: E731
+    return [[f"{r['size']:,}", step_name(r["step"]), r["fabric"], r["setting"], f"{r['target']:g}",
+             f"{r['sync_share']:.0%}", f"{r['fastest']} {r['fastest_s']:.1f}", f"{r['tuned'] or '-'} {num(r['tuned_s'])}",
+             num(r["free_s"]), num(r["ratio"], "{:.2f}x"), r["verdict"], r["why"]] for r in rows]
+
+
+def counts(rows: list[dict]) -> dict[str, int]:
+    """Verdict → rows, over the rows that have a verdict ('none reached' rows left out)."""
+    out = {v: 0 for v in ("met", "met (alone)", "missed", "far", "not reached")}
+    for r in rows:
+        if r["verdict"] in out:
+            out[r["verdict"]] += 1
+    return out
+
+
+def count_line(c: dict[str, int]) -> str:
+    n = sum(c.values())
+    met = c["met"] + c["met (alone)"]
+    worse = c["far"] + c["not reached"]
+    return (f"{met} of {n} met ({met / n:.0%})" if n else "no rows") + (
+        f", {c['missed']} missed (1.15-2x), {c['far']} far (>2x), {c['not reached']} not reached" if n else "") + (
+        f"; goal (>= 80 % met, none > 2x): {'met' if n and met >= 0.8 * n and not worse else 'not met'}" if n else "")
+
+
+def comm_bound(rows: list[dict]) -> list[list]:
+    """Rows whose synchronous step is at least half communication: the tuning-free run against
+    Synchronous (goal: >= 1.5x sooner)."""
+    out = []
+    for r in rows:
+        if r["sync_share"] < 0.5:
+            continue
+        speedup = r["sync_s"] / r["free_s"] if r["sync_s"] and r["free_s"] else None
+        base = r["baseline_s"]
+        out.append([f"{r['size']:,}", step_name(r["step"]), r["fabric"], r["setting"], f"{r['target']:g}", r["method"],
+                    f"{r['sync_share']:.0%}", "-" if r["sync_s"] is None else f"{r['sync_s']:.1f}",
+                    "-" if r["free_s"] is None else f"{r['free_s']:.1f}",
+                    "-" if speedup is None else f"{speedup:.2f}x",
+                    "-" if speedup is None else "met" if speedup >= 1.5 else "not met",
+                    "-" if base is None else f"{base:.1f}",
+                    "-" if base is None or r["free_s"] is None else "met" if r["free_s"] <= base else "not met"])
+    return out
+
+
+def causes(rows: list[dict]) -> str:
+    """How many missed or far rows each part of the excess time leads: 'monitoring 12, extra steps 3'."""
+    c: dict[str, int] = {}
+    for r in rows:
+        if r["verdict"] in ("missed", "far") and r["why"] != "-":
+            lead = r["why"].split(" ")[0] if r["why"].startswith("monitoring") else " ".join(r["why"].split(" ")[:2])
+            c[lead] = c.get(lead, 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def fastest_families(rows: list[dict]) -> str:
+    """'fedavg 19, synchronous 21, linearfda 13': how many setting-target rows each family's run is fastest in."""
+    c: dict[str, int] = {}
+    for r in rows:
+        fam = r["fastest"].split(" ")[0]
+        c[fam] = c.get(fam, 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items(), key=lambda kv: -kv[1]))
+
+
+def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT) -> None:
+    """Prints the per-row report of issue 40 item 5: the table, the counts per scenario, the comm-bound rows."""
+    formula = {"rabenseifner": "T(n, K) = 2·ceil(log2 K)·α + 2·(K−1)/K·n·β (reduce-scatter + allgather, Rabenseifner)",
+               "ring": "T(n, K) = 2·(K−1)·α + 2·(K−1)/K·n·β (ring reduce-scatter + allgather)"}[collective]
+    fab = "; ".join(f"{name}: {FABRICS[name].gbps:g} Gb/s, α = {FABRICS[name].latency_us:g} µs" for name in ROW_FABRICS)
+    print("Time to the target per (model size, step time, fabric, setting, target): the fastest method, "
+          "the best tuned one and tuning-free FDA")
+    print(f"  AllReduce: {formula}, β = 8 / (Gb/s · 1e9) s per byte; fabrics (stated): {fab}.")
+    print("  time = steps · step + syncs · T(4·d, K) + monitored steps · T(FDA state, K); steps, syncs and monitored steps "
+          "from the measured runs (frontier.csv).")
+    print("  step: 'measured' = this CPU's step (scaling.csv); 'N ms' = a stated step of FedAvg's local work, each "
+          "strategy's own work at its measured ratio to it.")
+    print("  d: the parameters priced per model AllReduce; a d other than the model's own prices its measured curves as "
+          "if the model were that size (stated, not measured).")
+    print(f"  tuned: Synchronous, every FedAvg τ, every tuned Θ of LinearFDA/SketchFDA and any other family's grid in the "
+          f"CSV (auto runs with a knob and {', '.join(NOT_TUNED)} left out); verdict: tuning-free / best tuned <= {MET} met, "
+          f"> {FAR:g} far, else missed; why: the excess time's parts.")
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == method]
+        print_report(f"Tuning-free method: {method}", ["d", "step", "fabric", "setting", "target", "sync comm",
+                     "fastest (s)", "best tuned (s)", "tuning-free s", "ratio", "verdict", "why"], row_table(mine),
+                     "sync comm: the share of a synchronous step spent in its model AllReduce")
+        groups: dict[tuple, list[dict]] = {}
+        for r in mine:
+            groups.setdefault((r["size"] if not r["own_size"] else "own", step_name(r["step"]), r["fabric"]), []).append(r)
+        print_report(f"Verdict counts for {method} per (d, step, fabric)", ["d", "step", "fabric", "counts", "misses' main cause"],
+                     [[f"{d:,}" if d != "own" else "own", s, f, count_line(counts(g)), causes(g)]
+                      for (d, s, f), g in groups.items()],
+                     f"all rows: {count_line(counts(mine))}; misses' main cause: {causes(mine)}")
+        if method == next(iter(dict.fromkeys(r["method"] for r in rows))):  # the fastest run does not depend on it
+            print_report("Fastest method per (d, step, fabric): setting-target rows each family is fastest in",
+                         ["d", "step", "fabric", "fastest family: rows"],
+                         [[f"{d:,}" if d != "own" else "own", s, f, fastest_families(g)] for (d, s, f), g in groups.items()],
+                         "family of the fastest run of every kind (tuned, tuning-free or another auto run)")
+        bound = comm_bound(mine)
+        print_report(f"Rows where a synchronous step is >= 50 % communication: {method} against Synchronous",
+                     ["d", "step", "fabric", "setting", "target", "method", "sync comm", "Synchronous s", "tuning-free s",
+                      "speed-up", "goal >= 1.5x", f"{baseline} s", "no later"], bound,
+                     f"{sum(b[10] == 'met' for b in bound)} of {len(bound)} rows met the >= 1.5x goal; "
+                     f"{sum(b[12] == 'met' for b in bound)} of {sum(b[11] != '-' for b in bound)} with a {baseline} run "
+                     f"were no later than it ('-': no such run reached the target)")
+
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     compute = compute_per_step(args.scaling)
     with open(args.frontier, newline="") as fh:
-        runs = [r for r in csv.DictReader(fh) if r["reached"] == "True"]
+        runs = [dict(r, knob=frontier.current_knob(r["knob"])) for r in csv.DictReader(fh) if r["reached"] == "True"]
     params: dict[str, int] = {}
+    for model in dict.fromkeys(r["model"] for r in runs):
+        if model in args.known:
+            params[model] = args.known[model]
+            continue
+        try:
+            params[model] = model_params(model)
+        except Exception as exc:  # a model this script cannot build: its rows are left out, and said so
+            print(f"note: {model}'s runs left out: its parameter count is unknown here ({exc}); give it with --params")
+    for model in args.known:
+        if model not in params:
+            print(f"note: --params {model}: no run of that model reached a target in the CSV")
+    runs = [r for r in runs if r["model"] in params]
     by_case: dict[tuple[str, str], list[dict]] = {}
     summaries: dict[tuple[str, float], tuple[list[str], list[str]]] = {}
     for r in runs:
         by_case.setdefault((r["setting"], r["target"]), []).append(r)
     for (setting, target), rows in by_case.items():
-        d = params.setdefault(rows[0]["model"], model_params(rows[0]["model"]))
+        d = params[rows[0]["model"]]
+        if measured_step(compute, rows[0]["model"], "fedavg") is None:
+            continue  # never measured here (scaling.csv): priced at stated step times only, in the per-row report
         table, winners, fda_over_avg = fastest(rows, d, compute)
         summaries[setting, float(target)] = (winners, fda_over_avg)
         if not args.markdown:
@@ -183,6 +570,13 @@ def main(argv=None) -> int:
                  "FDA: the faster of LinearFDA and SketchFDA, tuned Θ or auto; - where one of them missed the target")
     fab = "; ".join(f"{name}: {f.gbps:g} Gb/s, α = {f.latency_us:g} µs" for name, f in FABRICS.items())
     print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
+    labels = {run_label(r) for r in runs}
+    for name in (*args.free, args.baseline):
+        if name not in labels:  # said, not silently ignored: the CSV has no such run (yet)
+            print(f"note: no run labelled {name!r} reached any target in {os.path.relpath(args.frontier, REPO_ROOT)}; "
+                  "its columns are '-'")
+    row_report(time_rows(runs, params, compute, args.sizes, args.steps, collective=args.collective,
+                         tuning_free=args.free, baseline=args.baseline), args.collective, args.baseline)
     return 0
 
 

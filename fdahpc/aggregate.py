@@ -33,6 +33,7 @@ __all__ = [
     "ServerOptimizer",
     "FedAvgM",
     "FedAdam",
+    "DiLoCoOuter",
     "gompertz",
     "FedAdpWeights",
     "sketch_cosine",
@@ -279,6 +280,37 @@ class FedAdam(ServerOptimizer):
         torch.div(m, tmp, out=tmp)
         tmp.mul_(eta)
         w.sub_(tmp)
+
+
+class DiLoCoOuter(ServerOptimizer):
+    """DiLoCo's outer step, Douillard et al. 2023, "DiLoCo: Distributed Low-Communication
+    Training of Language Models" (arXiv 2311.08105): SGD with Nesterov momentum on the
+    pseudo-gradient, ``v <- mu v + Delta;  w <- w - eta (Delta + mu v)``.
+
+    This is ``torch.optim.SGD(lr=eta, momentum=mu, nesterov=True)`` (dampening 0, no weight
+    decay) with ``Delta`` as the gradient: torch's first step sets the buffer to the gradient,
+    which is the rule above with ``v`` starting at zero, so the two agree from the first
+    round (tests/test_diloco.py ties them). The difference from :class:`FedAvgM` is the
+    look-ahead ``Delta + mu v`` in place of ``v``. Defaults are DiLoCo's (eta 0.7, mu 0.9);
+    ``eta=1, mu=0`` is plain FedAvg.
+    """
+
+    _buffers = ("v",)
+    _scratch = ("_delta", "_tmp")
+
+    def __init__(self, dim: int, eta: float = 0.7, mu: float = 0.9):
+        self.eta = _positive(eta, "eta (--server-lr, DiLoCo's outer learning rate)", "0.7")
+        self.mu = _beta(mu, "mu (--server-momentum, DiLoCo's outer momentum)", "0.9")
+        super().__init__(dim)
+
+    def _update(self, w, delta):
+        v, tmp = self.v, self._tmp
+        v.mul_(self.mu)
+        v.add_(delta)
+        torch.mul(v, self.mu, out=tmp)
+        delta.add_(tmp)  # delta is scratch from here on: Delta + mu v
+        delta.mul_(self.eta)
+        w.sub_(delta)
 
 
 # ------------------------------------------------------------------------------ FedAdp

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .options import (FDAOptions, FedAdamOptions, FedAdpOptions, FedAvgMOptions, MeanOptions, PeriodicOptions,
-                      SamplingOptions, SketchFDAOptions, SketchShape, TextModelOptions, betas_value, theta_value)
+                      SamplingOptions, SketchFDAOptions, SketchShape, TextModelOptions, WarmupOptions, betas_value,
+                      theta_value)
 
 __all__ = ["TrainConfig", "parse_args", "RESUMABLE"]
 
@@ -60,20 +61,31 @@ class TrainConfig:
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
     # FDA and schedules.
-    theta: float | str = _f(FDAOptions.theta, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it), or auto: Θ = the "
-                            "exact variance of a first round --theta-auto-epochs long", parse="theta")
-    theta_auto_epochs: float = _f(FDAOptions.theta_auto_epochs, "--theta auto: length of the first (calibration) round, in epochs")
+    theta: float | str = _f(FDAOptions.theta, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it); auto: "
+                            "Θ_0 = 4e-5·d, re-calibrated after every sync to H/H_r·Var_r (the round's exact variance scaled to a "
+                            "round of H steps); auto-once: Θ = the exact variance of a first round --theta-auto-epochs long",
+                            parse="theta")
+    theta_auto_epochs: float | None = _f(FDAOptions.theta_auto_epochs, "--theta auto-once: length of the first (calibration) round, in epochs (default 1)")
+    theta_round_epochs: float | None = _f(FDAOptions.theta_round_epochs, "--theta auto: the round length H Θ aims at, in epochs "
+                                          "(FDA-Opt's E_max/2; default 1, or from --theta-fabric)")
+    theta_fabric: str | None = _f(FDAOptions.theta_fabric, "--theta auto: GBPS,LATENCY_US,STEP_MS (bandwidth per rank, "
+                                  "per-message latency, one step's compute): H = the shortest round whose model AllReduce "
+                                  "costs <= 10 %% of its compute, e.g. 10,25,20")
     fda_lag: int = _f(FDAOptions.fda_lag, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
+    fda_every: int = _f(FDAOptions.fda_every, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of "
+                        "the monitoring traffic; the estimate stays a bound at the checked steps)")
     tau: int | None = _f(PeriodicOptions.tau, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
     local_epochs: float = _f(PeriodicOptions.local_epochs, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
+    warmup_steps: int = _f(WarmupOptions.warmup_steps, "sync, every strategy: the first N steps all average the models "
+                           "(post-local SGD's warm-up); then the trigger decides, its rounds counted from step N")
     sketch_rows: int | None = _f(SketchShape.sketch_rows, "sync: AMS sketch rows l (SketchFDA, sketched FedAdp angles)")
     sketch_cols: int | None = _f(SketchShape.sketch_cols, "sync: AMS sketch columns m (SketchFDA, sketched FedAdp angles)")
     sketch_eps: float | None = _f(SketchFDAOptions.sketch_eps, "sync, SketchFDA: ε of the estimate (default 1/sqrt(sketch_cols))")
     log_variance: bool = _f(FDAOptions.log_variance, "sync, FDA triggers: also compute the exact model variance every step (costs a full AllReduce)", resumable=True)
     fda_log_every: int = _f(FDAOptions.fda_log_every, "sync, FDA triggers: store the estimate H every N steps", resumable=True)
     # Server optimizers, client sampling, FedAdp.
-    server_lr: float | None = _f(FedAdamOptions.server_lr, "server learning rate η_s of fedavgm, fedadam (sync) and fedbuff, mstep, wkafl (semiasync); by default each rule's own")
-    server_momentum: float = _f(FedAvgMOptions.server_momentum, "sync, fedavgm: server momentum β")
+    server_lr: float | None = _f(FedAdamOptions.server_lr, "server learning rate η_s of fedavgm, fedadam, diloco (its outer lr; sync) and fedbuff, mstep, wkafl (semiasync); by default each rule's own")
+    server_momentum: float = _f(FedAvgMOptions.server_momentum, "sync, fedavgm and diloco (its outer Nesterov momentum): server momentum β")
     server_betas: tuple[float, float] = _f(FedAdamOptions.server_betas, "sync, fedadam: server β1,β2 (on the command line 0.9,0.999)")
     server_tau: float = _f(FedAdamOptions.server_tau, "sync, fedadam: adaptivity floor τ (not the round length --tau)")
     server_bias_correction: bool = _f(FedAdamOptions.server_bias_correction, "sync, fedadam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
@@ -157,9 +169,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "text": ("context", "gpt_layers", "gpt_heads", "gpt_width"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy", "target_loss",
                  "eval_samples", "eval_every", "seed", "clip_grad_norm"),
-    "fda": ("theta", "theta_auto_epochs", "fda_lag", "log_variance", "fda_log_every"),
+    "fda": ("theta", "theta_auto_epochs", "theta_round_epochs", "theta_fabric", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
-    "schedule": ("tau", "local_epochs"),
+    "schedule": ("tau", "local_epochs", "warmup_steps"),
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
     "sampling": ("clients_per_round",),
     "fedadp": ("fedadp_alpha", "fedadp_angles"),
@@ -318,6 +330,7 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
 #: (module, constant, None).
 _CLASS_DEFAULTS = {
     "server_lr": {"fedavgm": ("fdahpc.aggregate", "FedAvgM", "eta_s"), "fedadam": ("fdahpc.aggregate", "FedAdam", "eta_s"),
+                  "diloco": ("fdahpc.aggregate", "DiLoCoOuter", "eta"),
                   "fedbuff": ("fdahpc.semiasync.rules", "FedBuff", "server_lr")},
     "sketch_rows": {"": ("fdahpc.options", "SKETCH_ROWS", None)},  # AmsSketch's, kept where importing it is cheap
     "sketch_cols": {"": ("fdahpc.options", "SKETCH_COLS", None)},

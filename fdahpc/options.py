@@ -6,8 +6,9 @@ TOML files (:class:`fdahpc.config.TrainConfig`, whose defaults are read from her
 ``ModelAverager(model, comm, "linearfda", theta=...)`` all build these classes with
 :func:`options_from`; a trigger or rule sees only its own.
 
-Θ is parsed once, here: ``theta`` is a number, or ``"auto"`` with the calibration length
-``theta_auto_epochs`` (see :class:`ThresholdOptions`).
+Θ is parsed once, here: ``theta`` is a number, ``"auto"`` (re-calibrated every round, with
+its horizon ``theta_round_epochs`` or ``theta_fabric``) or ``"auto-once"`` (with the
+calibration length ``theta_auto_epochs``); see :class:`ThresholdOptions`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from .theta import fabric_value
+
 __all__ = ["NoOptions", "ThresholdOptions", "FDAOptions", "SketchFDAOptions", "PeriodicOptions", "MeanOptions",
-           "FedAvgMOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "SketchShape", "options_from",
-           "theta_value", "betas_value", "option_names", "TextModelOptions"]
+           "FedAvgMOptions", "DiLoCoOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "WarmupOptions", "SketchShape", "options_from",
+           "theta_value", "THETA_AUTO", "betas_value", "option_names", "TextModelOptions"]
 
 
 def _require(ok: bool, msg: str) -> None:
@@ -31,14 +34,20 @@ def _positive(name: str, value, example) -> None:
              f"--{name.replace('_', '-')} {value!r}: must be > 0, e.g. {example}")
 
 
+#: ``--theta``'s words: ``auto`` re-calibrates Θ after every round (:mod:`fdahpc.theta`);
+#: ``auto-once`` is the earlier rule (Θ = the exact variance of one calibration round, kept).
+THETA_AUTO = ("auto", "auto-once")
+
+
 def theta_value(text: str | float) -> float | str:
-    """``--theta``: a number or the word auto."""
-    if isinstance(text, str) and text.strip().lower() == "auto":
-        return "auto"
+    """``--theta``: a number, auto or auto-once."""
+    if isinstance(text, str) and text.strip().lower() in THETA_AUTO:
+        return text.strip().lower()
     try:
         return float(text)
     except (TypeError, ValueError):
-        raise ValueError(f"--theta {text!r}: not a number; give a variance threshold such as 1.0, or auto") from None
+        raise ValueError(f"--theta {text!r}: not a number; give a variance threshold such as 1.0, or auto "
+                         "(or auto-once)") from None
 
 
 @dataclass(frozen=True)
@@ -48,21 +57,42 @@ class NoOptions:
 
 @dataclass(frozen=True)
 class ThresholdOptions:
-    """A Θ-driven trigger's threshold: a number ≥ 0, or ``auto`` (Θ becomes the exact model
-    variance at the end of a first round ``theta_auto_epochs`` long)."""
+    """A Θ-driven trigger's threshold: a number ≥ 0; ``auto``: Θ_0 = 4·10⁻⁵·d, then after every
+    synchronization Θ = H/H_r · Var_r (the round's exact variance scaled to a round of H steps:
+    ``theta_round_epochs``, or from ``theta_fabric``; :mod:`fdahpc.theta`); or ``auto-once``: Θ
+    becomes the exact model variance at the end of a first round ``theta_auto_epochs`` long."""
 
     theta: float | str = 1.0
-    theta_auto_epochs: float = 1.0
+    theta_auto_epochs: float | None = None  # auto-once; None: 1 epoch
+    theta_round_epochs: float | None = None  # auto; None: 1 epoch, or the fabric's horizon
+    theta_fabric: tuple[float, float, float] | str | None = None  # auto: Gb/s, latency µs, step compute ms
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "theta", theta_value(self.theta))
         if not self.auto:
             _require(self.theta >= 0, f"--theta {self.theta}: must be >= 0 (0 averages every step) or auto, e.g. 1.0")
-        _positive("theta_auto_epochs", self.theta_auto_epochs, 1)
+        if self.theta_auto_epochs is not None:
+            _positive("theta_auto_epochs", self.theta_auto_epochs, 1)
+            _require(self.theta == "auto-once", f"--theta-auto-epochs: the calibration round of --theta auto-once; "
+                     f"with --theta {self.theta} drop it" + (" (or give --theta-round-epochs)" if self.theta == "auto" else ""))
+        if self.theta_round_epochs is not None:
+            _positive("theta_round_epochs", self.theta_round_epochs, 1)
+        if self.theta_fabric is not None:
+            object.__setattr__(self, "theta_fabric", fabric_value(self.theta_fabric))
+            _require(self.theta_round_epochs is None, "--theta-fabric and --theta-round-epochs: both set the round "
+                     "horizon of --theta auto; give one")
+        for name in ("theta_round_epochs", "theta_fabric"):
+            _require(getattr(self, name) is None or self.theta == "auto",
+                     f"--{name.replace('_', '-')}: sets the round horizon of --theta auto; with --theta {self.theta} drop it")
 
     @property
     def auto(self) -> bool:
-        return self.theta == "auto"
+        return self.theta in THETA_AUTO
+
+    @property
+    def calibration_epochs(self) -> float:
+        """auto-once's first round, in epochs."""
+        return 1.0 if self.theta_auto_epochs is None else self.theta_auto_epochs
 
 
 @dataclass(frozen=True)
@@ -70,6 +100,7 @@ class FDAOptions(ThresholdOptions):
     """LinearFDA's (and SketchFDA's) options beside Θ."""
 
     fda_lag: int = 0
+    fda_every: int = 1
     fda_log_every: int = 1
     log_variance: bool = False
 
@@ -79,6 +110,8 @@ class FDAOptions(ThresholdOptions):
                  "(on the last step's)")
         _require(not (self.fda_lag and self.theta == 0), "--fda-lag 1: theta 0 averages every step, so there is no "
                  "state to wait for; drop --fda-lag")
+        _require(isinstance(self.fda_every, int) and not isinstance(self.fda_every, bool) and self.fda_every >= 1,
+                 f"--fda-every {self.fda_every}: must be an integer >= 1 (1 checks the variance every step), e.g. 10")
         _require(isinstance(self.fda_log_every, int) and self.fda_log_every >= 1,
                  f"--fda-log-every {self.fda_log_every}: must be >= 1")
 
@@ -159,6 +192,16 @@ class FedAvgMOptions(MeanOptions):
 
 
 @dataclass(frozen=True)
+class DiLoCoOptions(FedAvgMOptions):
+    """DiLoCo's outer Nesterov step reads the server flags: ``server_lr`` is its outer
+    learning rate (None: :class:`fdahpc.aggregate.DiLoCoOuter`'s own, 0.7) and
+    ``server_momentum`` its outer momentum (0.9, DiLoCo's too). One word, one meaning: the
+    outer optimizer is the server optimizer of FedOpt, replicated on every rank."""
+
+    # Its ranges are the outer optimizer's own to check (:class:`fdahpc.aggregate.DiLoCoOuter`).
+
+
+@dataclass(frozen=True)
 class FedAdamOptions(MeanOptions):
     """Server Adam; ``server_lr`` None: the optimizer's own (:class:`fdahpc.aggregate.FedAdam`)."""
 
@@ -209,6 +252,21 @@ class SamplingOptions:
     def __post_init__(self) -> None:
         _require(self.clients_per_round is None or (isinstance(self.clients_per_round, int) and self.clients_per_round >= 1),
                  f"--clients-per-round {self.clients_per_round}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class WarmupOptions:
+    """Post-local SGD's warm-up (Lin, Stich, Patel, Jaggi, "Don't Use Large Mini-Batches,
+    Use Local SGD", ICLR 2020, arXiv 1808.07217): the first ``warmup_steps`` steps all
+    synchronize, whatever the trigger; from then on the trigger decides, counting its steps
+    from the warm-up's end (a periodic round of τ ends at steps W+τ, W+2τ, ...; an FDA
+    trigger's drift starts at the warm-up's last average)."""
+
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool) and self.warmup_steps >= 0,
+                 f"--warmup-steps {self.warmup_steps}: must be an integer >= 0 (0: no warm-up), e.g. 100")
 
 
 def option_names(cls: type) -> tuple[str, ...]:

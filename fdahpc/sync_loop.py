@@ -40,7 +40,8 @@ class SyncMode(Mode):
         if cfg.weighting != "uniform" and cfg.strategy == "fedadp":
             raise ValueError("--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
         if not trigger_of(cfg.strategy, cfg.sync).threshold:
-            for flag, used in (("--theta auto", cfg.theta == "auto"), (f"--fda-lag {cfg.fda_lag}", cfg.fda_lag != 0)):
+            for flag, used in ((f"--theta {cfg.theta}", cfg.theta in ("auto", "auto-once")), (f"--fda-lag {cfg.fda_lag}", cfg.fda_lag != 0),
+                               (f"--fda-every {cfg.fda_every}", cfg.fda_every != 1)):
                 if used:
                     raise ValueError(f"{flag}: {cfg.strategy} has no FDA trigger; use linearfda or sketchfda "
                                      "(or --sync linear / --sync sketch), or drop it")
@@ -80,6 +81,9 @@ class SyncMode(Mode):
         total_steps = math.ceil(cfg.epochs * steps_per_epoch)
         if cfg.max_steps is not None:
             total_steps = min(total_steps, cfg.max_steps)
+        if cfg.warmup_steps > total_steps:
+            raise ValueError(f"--warmup-steps {cfg.warmup_steps}: beyond the run's {total_steps} steps; give at most "
+                             f"{total_steps} or lengthen the run (--epochs, --max-steps)")
         model = new_model(cfg, data).to(comm.device)  # initialized on the CPU: the same model on any device
         flat = FlatParams(model)
         optimizer = make_optimizer(*local_optimizer(cfg), model.parameters(), cfg.weight_decay)

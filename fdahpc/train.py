@@ -44,8 +44,35 @@ def _limit_threads(n: int) -> None:
         os.environ["NUMBA_NUM_THREADS"] = str(max(1, min(n, limit)))
 
 
-#: How long a failing rank waits between printing its error and ending the job.
-ABORT_GRACE_SECONDS = 1.0
+#: The longest a failing rank waits for the launcher to take its error message.
+RELAY_TIMEOUT_SECONDS = 10.0
+
+
+def _wait_relayed(timeout_s: float = RELAY_TIMEOUT_SECONDS) -> None:
+    """Return once the launcher has read everything this rank wrote to its stdout and stderr
+    pipes (or after ``timeout_s``). The launcher relays a rank's output through its own
+    process, and MPICH's kills on Abort drop what it has not read yet; a fixed sleep lost the
+    message on a loaded machine, so this asks the pipe itself how many bytes are unread
+    (``FIONREAD``). A terminal or a file has no reader to wait for."""
+    import fcntl
+    import struct
+    import termios
+
+    deadline = time.monotonic() + timeout_s
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+            fd = stream.fileno()
+        except (OSError, ValueError, AttributeError):
+            continue
+        while time.monotonic() < deadline:
+            try:
+                unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+            except OSError:  # not a pipe or socket
+                break
+            if unread == 0:
+                break
+            time.sleep(0.01)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if comm.world_size == 1:
             raise
         print(f"[rank {comm.rank}] fdahpc.train failed; aborting the job\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-        # The launcher relays a rank's output through its own process: MPICH's kills on Abort
-        # drop what it has not relayed yet (on a loaded machine, this very message).
-        time.sleep(ABORT_GRACE_SECONDS)
+        _wait_relayed()  # else MPICH's kills on Abort can drop this very message
         comm.abort(1)
     comm.close()  # every rank gets here after the same last collective
     return code

@@ -51,7 +51,7 @@ def test_averager_equals_the_synchronizer_it_builds():
     (dict(strategy="fedsgd"), "strategy 'fedsgd': unknown"),
     (dict(strategy="linearfda", thetta=1.0), "option 'thetta': unknown"),
     (dict(strategy="linearfda", theta=-1.0), "--theta -1.0: must be >= 0"),
-    (dict(strategy="sketchfda", theta="auto"), "theta auto: the calibration round is --theta-auto-epochs long"),
+    (dict(strategy="sketchfda", theta="auto"), "theta auto: its round is counted in epochs and needs the epoch length"),
 ])
 def test_averager_refuses_bad_options_in_one_line(kwargs, needle):
     with pytest.raises(ValueError, match=re.escape(needle)):

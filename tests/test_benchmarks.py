@@ -365,7 +365,7 @@ def test_time_to_accuracy_names_the_fastest_family_even_when_it_is_the_only_one(
                         f"s,lenet5,8,0.85,fedavg,1 ep,False,False,6000,0.01,y\n")
     assert tta.main(["--frontier", str(frontier), "--scaling", str(scaling)]) == 0
     out = capsys.readouterr().out
-    summary = out.split("Fastest family")[1]
+    summary = out.split("Fastest family")[1].split("Time to the target")[0]
     assert "synchronous (alone)" in summary and "fedavg" not in summary.split("\n", 1)[1]
     assert " 600 " in out  # the recovered model syncs: one per step
 
@@ -401,6 +401,188 @@ def test_time_to_accuracy_markdown_joins_the_regime_row_and_the_modelled_times(t
     ratios, winners = [float(x.rstrip("x")) for x in cells[6].split(" / ")], cells[7].split(" / ")
     assert winners == ["linearfda" if r > 1 else "fedavg" for r in ratios] and len(winners) == 3
     assert winners[2] == "fedavg"  # across sites, 1000 per-step state reductions at α = 10 ms outweigh 8 model syncs
+
+
+def test_ring_allreduce_is_the_stated_formula_by_hand():
+    import cost_model
+
+    ring = cost_model.ring_allreduce_seconds
+    # 2·(K−1) latency steps: K = 4 pays 6 α where the Rabenseifner schedule pays 2·ceil(log2 4) = 4.
+    assert ring(1000, 4, 1.0, 0.0) == 6.0 and cost_model.allreduce_seconds(1000, 4, 1.0, 0.0) == 4.0
+    # the bandwidth term is the same in both: 2·(K−1)/K·n = 1500 bytes per rank
+    assert ring(1000, 4, 0.0, 1.0) == 1500.0
+    # 40 MB over 8 ranks on 10 Gb/s, α = 25 µs: 14 · 25 µs + 2·7/8 · 4e7 B · 0.8 ns/B = 0.35 ms + 56 ms.
+    assert ring(4e7, 8, 25e-6, 0.8e-9) == pytest.approx(0.35e-3 + 56e-3, rel=1e-12)
+    assert ring(1e6, 2, 1e-3, 1e-9) == cost_model.allreduce_seconds(1e6, 2, 1e-3, 1e-9)
+    assert ring(1e6, 1, 1.0, 1.0) == 0.0
+    assert set(cost_model.COLLECTIVES) == {"ring", "rabenseifner"}
+
+
+def test_time_model_prices_a_run_by_hand_at_a_stated_step_and_model_size():
+    import time_to_accuracy as tta
+
+    alpha, beta, k, d = 1e-3, 1e-9, 4, 1000
+    model = 2 * k * 4 * d  # bytes of one model sync in the FDA paper's convention
+    fedavg = dict(workers=k, steps="400", gb=5 * model / 1e9, family="fedavg", auto="False", knob="1 ep", run_files="x")
+    p = tta.price(fedavg, d, 0.02, alpha, beta, "ring", d_price=10**6)
+    # syncs from the bytes with the model that ran (5), priced at the stated size: 5 · (6 ms + 1.5 · 4e6 B · 1 ns/B)
+    assert (p.syncs, p.steps, p.monitored) == (5, 400.0, 0)
+    assert p.compute == pytest.approx(8.0) and p.sync == pytest.approx(5 * (6e-3 + 6e-3)) and p.monitor == 0.0
+    assert p.total == pytest.approx(8.0 + 0.06)
+    # LinearFDA with a tuned Θ: every step reduces its 8-byte state (ring: 6 α + 1.5 · 8 B · β each)
+    fda = dict(fedavg, family="linearfda", knob="Θ=2", gb=(3 * model + k * 400 * 8) / 1e9)
+    p = tta.price(fda, d, 0.02, alpha, beta, "ring")
+    assert p.syncs == 3 and p.monitored == 400
+    assert p.monitor == pytest.approx(400 * (6e-3 + 12e-9))
+    assert p.sync == pytest.approx(3 * (6e-3 + 1.5 * 4000 * 1e-9))
+    # '--fda-every 4' in a knob: one step in four is checked
+    every = dict(fda, knob="Θ=2, every 4", gb=(3 * model + k * 100 * 8) / 1e9)
+    assert tta.price(every, d, 0.02, alpha, beta).monitored == 100
+    # auto (1 ep): the first 469 steps (ceil(60000 / 4 / 32)) unchecked, then one 4-byte reduction
+    auto = dict(fda, knob="auto (1 ep)", auto="True", steps="600", gb=(3 * model + k * (131 * 8 + 4)) / 1e9)
+    p = tta.price(auto, d, 0.01, alpha, beta, "rabenseifner")
+    assert p.monitored == 131 and p.syncs == 3
+    assert p.monitor == pytest.approx(131 * (4e-3 + 1.5 * 8e-9) + (4e-3 + 1.5 * 4e-9))
+
+
+def test_time_model_step_is_measured_or_stated_with_each_strategys_own_share():
+    import time_to_accuracy as tta
+
+    compute = {("m", "fedavg"): 0.004, ("m", "linearfda"): 0.005, ("m", "synchronous"): 0.004}
+    assert tta.step_seconds(compute, "m", "linearfda", None) == 0.005  # measured: this CPU's own
+    assert tta.step_seconds(compute, "m", "linearfda", 0.020) == pytest.approx(0.025)  # FDA's work keeps its +25 %
+    assert tta.step_seconds(compute, "m", "fedavg", 0.020) == pytest.approx(0.020)
+    assert tta.step_seconds(compute, "m", "diloco", 0.020) == pytest.approx(0.020)  # not measured: FedAvg's local work
+    assert tta.step_seconds(compute, "m", "fedavg-sgd", None) == 0.004
+    assert tta.step_seconds(compute, "gpt", "fedavg", 0.1) == 0.1 and tta.step_seconds(compute, "gpt", "fedavg", None) is None
+
+
+def test_time_model_verdicts_and_why_a_row_misses():
+    import time_to_accuracy as tta
+
+    assert [tta.verdict(x) for x in (0.5, 1.15, 1.151, 2.0, 2.001, None)] == [
+        "met", "met", "missed", "missed", "far", "not reached"]
+    best = tta.Priced(compute=10.0, sync=1.0, monitor=0.0, steps=1000, syncs=10, monitored=0)
+    # 3 s more monitoring and 1 s more compute (100 more steps), fewer syncs: 4 s of excess, 75 % / 25 %
+    free = tta.Priced(compute=11.0, sync=0.5, monitor=3.0, steps=1100, syncs=5, monitored=900)
+    assert free.total - best.total == pytest.approx(3.5)
+    assert tta.why(free, best) == "monitoring 86% (900 vs 0 checks); extra steps 29% (1100 vs 1000)"
+    assert tta.why(best, free) == "-"  # not behind overall: nothing to explain
+    assert tta.why(best, best) == "-"
+
+
+def test_time_model_rows_name_the_fastest_the_best_tuned_and_the_comm_bound_family():
+    import time_to_accuracy as tta
+    from cost_model import FABRICS, fabric_alpha_beta
+
+    d, k = 1000, 4
+    model = 2 * k * 4 * d
+    base = dict(setting="s", model="m", workers=str(k), target="0.9", run_files="x", auto="False")
+    runs = [dict(base, family="synchronous", knob="", steps="100", gb=100 * model / 1e9),
+            dict(base, family="fedavg", knob="1 ep", steps="300", gb=3 * model / 1e9),
+            dict(base, family="linearfda", knob="Θ=2", steps="200", gb=(2 * model + k * 200 * 8) / 1e9),
+            dict(base, family="linearfda", knob="auto (4 ep)", auto="True", steps="150", gb=(model + k * 4) / 1e9),
+            dict(base, family="linearfda", knob="auto (0.4 ep)", auto="True", steps="250",
+                 gb=(2 * model + k * (250 - 188) * 8 + k * 4) / 1e9)]
+    compute = {("m", f): 0.01 for f in ("fedavg", "linearfda", "synchronous")}
+    rows = tta.time_rows(runs, {"m": d}, compute, [None], [None, 0.001], fabrics=("cross-site-1g",),
+                         tuning_free=("linearfda auto (0.4 ep)",))
+    assert len(rows) == 2
+    measured, stated = rows
+    a, b = fabric_alpha_beta(FABRICS["cross-site-1g"].gbps, FABRICS["cross-site-1g"].latency_us)
+    t = lambda n: 4 * a + 1.5 * n * b  # noqa: E731  (Rabenseifner at K = 4)
+    # by hand at 10 ms a step: Synchronous 1 s + 100 syncs; FedAvg 3 s + 3 syncs; Θ=2 2 s + 2 syncs + 200 checks
+    sync, fedavg, theta = 1 + 100 * t(4 * d), 3 + 3 * t(4 * d), 2 + 2 * t(4 * d) + 200 * t(8)
+    free = 2.5 + 2 * t(4 * d) + 62 * t(8) + t(4)  # 0.4 ep = round(187.6) = 188 unchecked steps
+    assert fedavg < sync and fedavg < theta
+    assert measured["tuned"] == "fedavg 1 ep" and measured["tuned_s"] == pytest.approx(fedavg)
+    assert measured["fastest"] == "linearfda auto (4 ep)"  # an auto run with a knob is fastest, never the tuned best
+    assert measured["free_s"] == pytest.approx(free) and measured["ratio"] == pytest.approx(free / fedavg)
+    assert measured["verdict"] == tta.verdict(free / fedavg) == "missed"
+    assert measured["why"].startswith("monitoring")
+    assert measured["sync_share"] == pytest.approx(t(4 * d) / (0.01 + t(4 * d)))
+    assert measured["sync_s"] == pytest.approx(sync)
+    # at a stated 1 ms step the communication weighs more: the synchronous share rises
+    assert stated["sync_share"] == pytest.approx(t(4 * d) / (0.001 + t(4 * d)))
+    bound = tta.comm_bound(rows)
+    assert len(bound) == 2 and bound[0][9] == f"{sync / free:.2f}x" and bound[0][10] == "not met"  # 0.98x < 1.5x
+    c = tta.counts(rows)
+    assert c["missed"] + c["met"] + c["far"] == 2 and "of 2 met" in tta.count_line(c)
+    assert stated["verdict"] == "far" and stated["why"].startswith("monitoring")  # 62 checks of 10 ms against 0.3 s
+    assert tta.causes(rows) == "monitoring 2" and tta.fastest_families(rows) == "linearfda 2"
+    # a stated model size leaves out the measured step (the CPU measured the model as it is) and prices 4·d_price bytes
+    big = tta.time_rows(runs, {"m": d}, compute, [{"*": 1e6}], [None, 0.001], fabrics=("cross-site-1g",),
+                        tuning_free=("linearfda auto (0.4 ep)",))
+    assert len(big) == 1 and big[0]["size"] == 10**6 and big[0]["step"] == 0.001
+    assert big[0]["tuned_s"] == pytest.approx(min(0.1 + 100 * t(4e6), 0.3 + 3 * t(4e6), 0.2 + 2 * t(4e6) + 200 * t(8)))
+
+
+def test_time_to_accuracy_rejects_bad_step_times_and_model_sizes(capsys):
+    import time_to_accuracy as tta
+
+    for bad in (["--step-ms", "0"], ["--step-ms", "fast"], ["--step-ms", ","], ["--model-size", "0"],
+                ["--model-size", "cnn=big"], ["--tuning-free", ";"], ["--collective", "tree"], ["--params", "gpt=1.5"],
+                ["--params", "=5"]):
+        with pytest.raises(SystemExit) as exc:
+            tta.parse(bad)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+    args = tta.parse(["--step-ms", "measured,5,20", "--model-size", "actual", "--model-size", "cnn=1e7"])
+    assert args.steps == [None, 0.005, 0.02] and args.sizes == [None, {"cnn": 1e7}]
+    assert tta.priced_d({"cnn": 1e7}, "lenet5", 61706) == 61706 and tta.priced_d({"*": 2e6}, "cnn", 5) == 2 * 10**6
+
+
+def test_time_to_accuracy_prices_a_model_it_cannot_build_from_params_at_stated_steps_only(tmp_path, capsys):
+    """A model scaling.csv never measured and this script cannot build (a GPT's rows): its
+    size from --params, its rows priced at the stated step times only; without --params, said."""
+    import time_to_accuracy as tta
+
+    scaling = tmp_path / "scaling.csv"
+    scaling.write_text("model,strategy,part,compute_seconds\nlenet5,fedavg,projected,0.004\n")
+    d, k = 200_000, 4
+    head = "setting,model,workers,target,family,knob,auto,reached,steps,gb,run_files\n"
+    frontier = tmp_path / "frontier.csv"
+    frontier.write_text(head + f"gpt/roles@4,gpt,{k},0.5,synchronous,,False,True,100,{100 * 2 * k * 4 * d / 1e9},x\n"
+                        f"gpt/roles@4,gpt,{k},0.5,fedavg,10 steps,False,True,120,{12 * 2 * k * 4 * d / 1e9},y\n")
+    args = ["--frontier", str(frontier), "--scaling", str(scaling), "--step-ms", "measured,20", "--model-size", "actual"]
+    assert tta.main(args) == 0
+    assert "gpt's runs left out" in capsys.readouterr().out
+    assert tta.main(args + ["--params", "gpt=200000"]) == 0
+    out = capsys.readouterr().out.split("Verdict counts")[0]  # the per-row table
+    rows = [line for line in out.splitlines() if "gpt/roles@4" in line and "20 ms" in line]
+    assert len(rows) == 3 and not any("measured" in line for line in out.splitlines() if "gpt/roles@4" in line
+                                      and "cross-site" in line)
+    # by hand with the Rabenseifner schedule, T(800 kB, 4) = 2·2·α + 1.5 · 800 kB · β: on 10 Gb/s Synchronous
+    # (100 · 0.02 + 100 · T) beats FedAvg (120 · 0.02 + 12 · T); across sites FedAvg wins
+    t = 4 * 25e-6 + 1.5 * 4 * d * 0.8e-9
+    assert 100 * 0.02 + 100 * t < 120 * 0.02 + 12 * t
+    assert f"synchronous {100 * 0.02 + 100 * t:.1f}" in next(r for r in rows if "ethernet-10g" in r)
+    t = 4 * 10e-3 + 1.5 * 4 * d * 8e-9
+    assert f"fedavg 10 steps {120 * 0.02 + 12 * t:.1f}" in next(r for r in rows if "cross-site-1g" in r)
+
+def test_slow_link_model_and_its_measures_by_hand():
+    import slow_link as sl
+
+    assert sl.rate_bps("1gbit") == 1e9 and sl.rate_bps("100mbit") == 1e8 and sl.rate_bps("10Mbit") == 1e7
+    assert sl.rate_bps("1mbps") == 8e6  # tc's bytes per second
+    with pytest.raises(ValueError, match="e.g. 1gbit"):
+        sl.rate_bps("fast")
+    # noiseless two-rank times give back α and β: T(n) = 2α + nβ
+    alpha, beta = 1e-4, 8e-8
+    a, b = sl.fit([(n, 2 * alpha + n * beta) for n in sl.SIZES])
+    assert a == pytest.approx(alpha, rel=1e-9) and b == pytest.approx(beta, rel=1e-9)
+    # 3 syncs of 4d bytes and 100 checks of 8 bytes, by hand
+    d = sl.D
+    assert sl.comm_model(3, 100, alpha, beta) == pytest.approx(3 * (2e-4 + 4 * d * 8e-8) + 100 * (2e-4 + 64e-8))
+    assert sl.predict(100, 3, 100, 0.01, alpha, beta) == pytest.approx(1.0 + sl.comm_model(3, 100, alpha, beta))
+    # the segment starts at the stamp of step `first` (stamps[first - 1]) and holds the calls started inside it
+    stamps = [1.0, 2.0, 3.0, 4.0]
+    calls = [(0.5, 0.9, 8), (2.0, 2.25, 8), (3.5, 3.75, 8), (4.0, 4.5, 8)]
+    assert sl.segment(stamps, calls, 2) == (2.0, [0.25, 0.25])
+    # the link's time: per call the shorter of the ranks' times (the other also waited for its peer)
+    assert sl.link_seconds([[0.5, 0.1], [0.2, 0.3]]) == pytest.approx(0.3)
+    assert sl.link_seconds([[0.5, 0.1], [0.2]]) == pytest.approx(0.6)  # unmatched: rank 0's own
 
 
 def test_semiasync_aggregate_projection_is_the_stated_model():

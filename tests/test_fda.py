@@ -259,8 +259,8 @@ def test_lagged_decisions_are_the_blocking_ones_one_step_late(comm, kind):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("kind", ["linear", "sketch"])
-def test_theta_auto_is_the_variance_of_the_first_round(comm, kind):
-    """--theta auto: no monitoring during a first round of fixed length, then Θ = the exact
+def test_theta_auto_once_is_the_variance_of_the_first_round(comm, kind):
+    """--theta auto-once: no monitoring during a first round of fixed length, then Θ = the exact
     model variance at its end (infinite on one rank: nothing to average), saved in
     checkpoints; later rounds end by the estimate as with a hand-set Θ."""
     k = comm.world_size

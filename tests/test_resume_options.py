@@ -23,6 +23,7 @@ CHANGED = dict(
     strategy="fedavg", sync="linear", model="mlr", dataset="synthetic", data_dir="/data", partition="dirichlet:0.5",
     batch_size=16, optimizer="sgd", lr=0.05, weight_decay=1e-4, epochs=2.0, max_steps=100, target_accuracy=0.9,
     eval_every=7, seed=1, clip_grad_norm=5.0, theta=4.0, theta_auto_epochs=2.0, fda_lag=1, tau=5, local_epochs=2.0,
+    warmup_steps=3, fda_every=2, theta_round_epochs=2.0, theta_fabric="1,10,5",
     sketch_rows=3, sketch_cols=100, sketch_eps=0.05, log_variance=True, fda_log_every=2, server_lr=0.5,
     server_momentum=0.5, server_betas=(0.8, 0.99), server_tau=1e-3, server_bias_correction=True, weighting="samples",
     clients_per_round=1, fedadp_alpha=3.0, fedadp_angles="sketch", clients=50, buffer=5, rounds=10, speed_ratio=10,

@@ -146,10 +146,10 @@ def test_sigterm_checkpoints_stops_with_0_and_resumes_to_the_same_model(tmp_path
     env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", PYTHONPATH=REPO)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a bound that fails with a message, not a timing claim
         while _rounds_in(out) < 3 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        assert _rounds_in(out) >= 3, "the run never got going"
+        assert _rounds_in(out) >= 3, f"no 3 rounds in the run file within 180 s (exit {proc.poll()})"
         proc.send_signal(signal.SIGTERM)  # MPICH's mpiexec forwards it to every rank
         stdout, stderr = proc.communicate(timeout=60)
     finally:
@@ -172,10 +172,9 @@ def test_sigterm_checkpoints_stops_with_0_and_resumes_to_the_same_model(tmp_path
 
 def test_a_nan_on_one_host_ends_every_rank_with_3_naming_it(tmp_path):
     out = str(tmp_path / "nan.h5")
-    start = time.monotonic()
+    # The timeout bounds a hang (a rank left waiting fails the test); it is no timing claim.
     res = train(*RULES["fedqs-avg"], "--rounds", "50", "--out", out, env_extra={"FDAHPC_FAULT": "nan@3:1"},
-                timeout=30, ok=False)
-    assert time.monotonic() - start < 30
+                timeout=180, ok=False)
     assert res.returncode == 3, res.stderr[-3000:]
     assert "aborting" not in res.stderr  # no rank failed otherwise: all of them raised Diverged
     lines = res.stderr.strip().splitlines()

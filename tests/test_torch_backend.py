@@ -117,6 +117,21 @@ def test_gloo_with_one_rank_is_a_real_process_group():
     assert proc.stdout.split() == ["TorchCommunicator", "gloo", "cpu", "[0.0,", "1.0,", "2.0]", "[[7]]", "['x']", "24", "24"]
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads the thread list from /proc")
+def test_close_leaves_no_gloo_thread_behind(tmp_path):
+    """The cause of "terminate called without an active exception" after a finished run: a
+    world group that destroy_process_group() cannot free (torch.distributed.nn.functional's
+    default arguments, imported by the first optimizer, held it) keeps gloo's threads into
+    interpreter teardown. After comm.close() a rank must have no gloo thread left."""
+    res = run_python(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "tests/teardown_probe.py",
+                      *TRAIN[2:], "--strategy", "linearfda", "--max-steps", "4", "--backend", "torch",
+                      "--out", str(tmp_path / "t.h5")], timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [line for line in res.stdout.splitlines() if line.startswith("threads after teardown:")]
+    assert len(rows) == 2, res.stdout
+    assert not [r for r in rows if "gloo" in r], rows
+
+
 # Whole runs ---------------------------------------------------------------------------
 
 def _run(tmp_path, name, launcher, args, *, env=None, timeout=180):

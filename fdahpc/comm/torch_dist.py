@@ -51,6 +51,17 @@ class TorchCommunicator(Communicator):
         self.rank, self.world_size = launch.rank, launch.world_size
         self.device = device
         self.backend = backend
+        # Before the group exists: torch.distributed.nn.functional gives its collectives the
+        # default argument ``group=group.WORLD``, evaluated when the module is first imported.
+        # It is imported lazily with torch._dynamo, i.e. by the first optimizer a run builds;
+        # imported after init_process_group, those defaults keep the world group alive, so
+        # destroy_process_group() in close() frees nothing and gloo's three threads
+        # (pt_gloo_runloop x2, gloo_tcp_loop) run on into interpreter teardown, where the
+        # group's destructor runs in no fixed order while the peers are already gone: the
+        # "terminate called without an active exception" of a finished job under load
+        # (tests/test_torch_backend.py checks that close() leaves no gloo thread behind).
+        import torch.distributed.nn.functional  # noqa: F401
+
         init = "env://" if launch.env_store else f"tcp://{launch.master_addr}:{launch.master_port}"
         extra = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(backend, init_method=init, rank=launch.rank, world_size=launch.world_size,

@@ -119,6 +119,8 @@ class SemiAsyncMode(Mode):
                 f"--weighting {cfg.weighting}: in semiasync mode only fedavg and fedsgd take it ({cfg.strategy} weighs "
                 "updates itself); drop it")
         require(cfg.clients >= 1, f"--clients {cfg.clients}: must be >= 1, e.g. --clients 100")
+        require(cfg.warmup_steps == 0, f"--warmup-steps {cfg.warmup_steps}: only used with --mode sync; drop it")
+        require(cfg.fda_every == 1, f"--fda-every {cfg.fda_every}: only used with --mode sync; drop it")
         if cfg.clients_per_round is not None:
             require(1 <= cfg.clients_per_round <= cfg.clients, f"--clients-per-round {cfg.clients_per_round}: must be "
                     f"in [1, --clients {cfg.clients}], e.g. --clients-per-round 10")

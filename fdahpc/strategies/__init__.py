@@ -7,6 +7,7 @@ same :class:`~.base.Synchronizer` (one mechanism, no matrix of classes): e.g.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from typing import NamedTuple
@@ -14,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 from ..comm import Communicator
-from ..options import ANGLE_MODES, WEIGHTINGS, SamplingOptions, SketchShape, option_names, options_from
+from ..options import ANGLE_MODES, WEIGHTINGS, PeriodicOptions, SamplingOptions, WarmupOptions, SketchShape, option_names, options_from
 from .base import RULES, TRIGGERS, BuildContext, Rule, Synchronizer, Trigger, rule, trigger
 from .participation import Participation
 
@@ -34,6 +35,7 @@ class Preset(NamedTuple):
     help: str
     optimizer: str = "adam"  # local optimizer and learning rate when the flags are not given
     lr: float = 1e-3
+    tau: int | None = None  # a periodic round of this many steps when --tau is not given (None: --local-epochs)
 
 
 # The FDA paper's settings: Adam 1e-3 for LeNet-5 workers; SGD clients for FedOpt
@@ -46,6 +48,9 @@ PRESETS: dict[str, Preset] = {
     "fedavgm": Preset("periodic", "fedavgm", "server momentum on the pseudo-gradient each round", "sgd", 0.0316),
     "fedadam": Preset("periodic", "fedadam", "server Adam on the pseudo-gradient each round", "sgd", 0.01),
     "fedadp": Preset("periodic", "fedadp", "FedAdp: angle-based adaptive weights each round", "sgd", 0.01),
+    # DiLoCo's published setting: inner AdamW, H = 500 inner steps, outer Nesterov (0.7, 0.9).
+    "diloco": Preset("periodic", "diloco", "DiLoCo: inner AdamW, outer SGD with Nesterov momentum on the "
+                     "pseudo-gradient every --tau steps (default 500)", "adamw", 1e-3, tau=500),
 }
 
 STRATEGIES = tuple(PRESETS)
@@ -77,6 +82,7 @@ class StrategyOptions(NamedTuple):
     rule_options: object
     sampling: SamplingOptions
     sketch: SketchShape
+    warmup: WarmupOptions = WarmupOptions()
 
     @property
     def uses_sketch(self) -> bool:
@@ -85,8 +91,8 @@ class StrategyOptions(NamedTuple):
 
 
 def option_names_of(strategy: str, sync: str | None = None) -> set[str]:
-    """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape)."""
-    parts = (trigger_of(strategy, sync).Options, rule_of(strategy).Options, SamplingOptions, SketchShape)
+    """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape, the warm-up)."""
+    parts = (trigger_of(strategy, sync).Options, rule_of(strategy).Options, SamplingOptions, SketchShape, WarmupOptions)
     return {name for cls in parts for name in option_names(cls)}
 
 
@@ -101,8 +107,17 @@ def strategy_options(strategy: str, sync: str | None, values) -> StrategyOptions
     sampling = options_from(SamplingOptions, values)
     if sampling.clients_per_round is not None and trigger_cls.threshold:
         raise ValueError("--clients-per-round: client sampling needs round-based syncing; drop it or use --sync periodic")
-    return StrategyOptions(trigger_cls, rule_cls, options_from(trigger_cls.Options, values),
-                           options_from(rule_cls.Options, values), sampling, options_from(SketchShape, values))
+    trigger_options = options_from(trigger_cls.Options, values)
+    preset_tau = PRESETS[strategy].tau
+    if preset_tau is not None and type(trigger_options) is PeriodicOptions and trigger_options.tau is None:
+        # The preset's round is counted in steps (DiLoCo's H); --local-epochs would be shadowed by it.
+        if trigger_options.local_epochs != PeriodicOptions.local_epochs:
+            raise ValueError(f"--local-epochs: {strategy}'s round is --tau steps (default {preset_tau}); give --tau "
+                             "STEPS instead")
+        trigger_options = dataclasses.replace(trigger_options, tau=preset_tau)
+    return StrategyOptions(trigger_cls, rule_cls, trigger_options,
+                           options_from(rule_cls.Options, values), sampling, options_from(SketchShape, values),
+                           options_from(WarmupOptions, values))
 
 
 def uses_sketch(cfg) -> bool:
@@ -117,4 +132,5 @@ def build_strategy(strategy: str, sync: str | None, values, comm: Communicator, 
     o = strategy_options(strategy, sync, values)
     participation = Participation(comm.rank, comm.world_size, o.sampling.clients_per_round, seed)
     ctx = BuildContext(comm, w.numel(), steps_per_epoch, num_samples, participation, seed, o.sketch)
-    return Synchronizer(comm, w, o.trigger.build(ctx, o.trigger_options), o.rule.build(ctx, o.rule_options), participation)
+    return Synchronizer(comm, w, o.trigger.build(ctx, o.trigger_options), o.rule.build(ctx, o.rule_options), participation,
+                        warmup_steps=o.warmup.warmup_steps)

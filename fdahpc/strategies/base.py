@@ -89,6 +89,12 @@ class _Part:
                 setattr(self, n, state[n])
 
 
+def drift_sq(old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> float:
+    """||w_new - w_t0||^2, the squared drift of the mean when the new model is the plain mean."""
+    d = new_anchor - old_anchor
+    return float(torch.dot(d, d))
+
+
 class Trigger(_Part):
     """When to synchronize. The defaults describe a trigger without state or traffic;
     a subclass overrides what it has."""
@@ -107,6 +113,11 @@ class Trigger(_Part):
     def on_sync(self, old_anchor: torch.Tensor | None, new_anchor: torch.Tensor) -> None:
         pass
 
+    def mean_drift_sq(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> float:
+        """``||mean_k w_k - w_t0||^2`` of the synchronization just done: the :class:`Synchronizer`
+        connects its rule's :meth:`Rule.mean_drift_sq`; unconnected, the new model is the mean."""
+        return drift_sq(old_anchor, new_anchor)
+
     def finish(self) -> None:
         """Complete any collective still in flight (the run ends or is saved)."""
 
@@ -117,6 +128,12 @@ class Rule(_Part):
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor | None) -> None:
         """Collective: replace ``w`` by the new global model on every rank; ``anchor`` is read-only."""
         raise NotImplementedError
+
+    def mean_drift_sq(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> float:
+        """``||mean_k w_k - w_t0||^2`` of the last :meth:`aggregate` (an FDA trigger's exact
+        variance needs it). Here the new model is taken for the mean; a rule that steps away
+        from the mean (a server optimizer) keeps the value its AllReduce gave."""
+        return drift_sq(old_anchor, new_anchor)
 
 
 #: name -> class; filled by the decorators below, next to each class.
@@ -147,10 +164,15 @@ rule = _registrar(RULES, Rule, "rule")
 
 
 class Synchronizer:
-    """Runs a trigger and a rule over a flat parameter buffer ``w``."""
+    """Runs a trigger and a rule over a flat parameter buffer ``w``.
+
+    ``warmup_steps`` W (post-local SGD, :class:`fdahpc.options.WarmupOptions`): steps 1..W
+    synchronize without asking the trigger; from step W+1 the trigger decides and sees the
+    step counted from the warm-up's end (``steps - W``), so its rounds start there.
+    """
 
     def __init__(self, comm: Communicator, w: torch.Tensor, trigger: Trigger, rule: Rule,
-                 participation: Participation | None = None) -> None:
+                 participation: Participation | None = None, warmup_steps: int = 0) -> None:
         self.comm = comm
         self.w = w
         self.trigger = trigger
@@ -159,7 +181,9 @@ class Synchronizer:
         #: Where records go: ``sink(name, value)``, e.g. the run file's append; None drops them.
         self.sink: Callable[[str, Any], None] | None = None
         trigger.record = rule.record = self.record
+        trigger.mean_drift_sq = rule.mean_drift_sq
         self.anchor = w.detach().clone() if (trigger.needs_anchor or rule.needs_anchor) else None
+        self.warmup_steps = warmup_steps
         self.steps = 0
         self.syncs = 0
         self._bytes_at_reset = self._training_bytes()
@@ -191,7 +215,8 @@ class Synchronizer:
     def after_step(self) -> bool:
         """Call once after every local step (taken or skipped); True when the models were combined."""
         self.steps += 1
-        if not self.trigger.should_sync(self.steps, self.w, self.anchor):
+        if self.steps > self.warmup_steps and not self.trigger.should_sync(self.steps - self.warmup_steps, self.w,
+                                                                            self.anchor):
             return False
         self.sync()
         return True

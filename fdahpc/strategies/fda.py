@@ -30,6 +30,7 @@ import torch
 from ..comm import Communicator
 from ..comm.base import Done, Request
 from ..options import FDAOptions, SketchFDAOptions
+from ..theta import ROUND_CAP, horizon_steps, prior, recalibrate
 from .base import BuildContext, Trigger, trigger
 
 if TYPE_CHECKING:  # fdahpc.sketch imports Numba: only the sketch trigger needs it, at its construction
@@ -54,7 +55,21 @@ class _FDATrigger(Trigger):
     decides at the next step, from the state of the step before: the reduction overlaps
     one local step, and every decision is the blocking one, one step late.
 
-    ``auto_steps`` (``--theta auto``) picks Θ itself: the first round has that fixed
+    ``every=m`` (``--fda-every m``) reduces the state, and decides, only at steps that are
+    multiples of m (with ``lag=1``: decides at the step after each of them): 1/m of the
+    monitoring AllReduces. The estimate is computed from that step's drift, so at every
+    checked step it is the same bound on the variance as with m = 1; between checks the
+    variance is not watched and may pass Θ for up to m - 1 steps (FDA-Opt checks once
+    per local epoch for the same reason).
+
+    ``horizon`` (``--theta auto``, :mod:`fdahpc.theta`) re-calibrates Θ after every
+    synchronization the trigger decided: Θ = min(horizon / H_r, 4) · Var_r, H_r the round's
+    steps (a round of 2·horizon steps ends there) and
+    Var_r the exact variance at the sync, ``mean ||u_k||^2`` (this step's reduced state; with
+    ``lag=1`` one 4-byte AllReduce more) minus ``||mean u_k||^2`` (from the rule's model
+    AllReduce, :meth:`~.base.Rule.mean_drift_sq`). It starts from the Θ given (the prior).
+
+    ``auto_steps`` (``--theta auto-once``) picks Θ itself: the first round has that fixed
     length (no monitoring traffic), and at its synchronization Θ becomes the exact model
     variance the round produced, ``mean ||u_k||^2 - ||w_new - w_t0||^2`` (one extra
     4-byte AllReduce, once). Later rounds end when the estimate passes it: rounds stay
@@ -64,19 +79,28 @@ class _FDATrigger(Trigger):
 
     needs_anchor = True
     threshold = True
-    _state: tuple[str, ...] = ("theta", "calibrating")
+    _state: tuple[str, ...] = ("theta", "calibrating", "round_start", "trigger_step")
 
-    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0,
-                 auto_steps: int | None = None, log_every: int = 1, log_variance: bool = False) -> None:
+    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0, every: int = 1,
+                 auto_steps: int | None = None, horizon: int | None = None, log_every: int = 1,
+                 log_variance: bool = False) -> None:
         # The options' checks, one wording for the command line, ModelAverager and this class.
-        FDAOptions(theta="auto" if auto_steps is not None else theta, fda_lag=lag, fda_log_every=log_every)
+        FDAOptions(theta="auto-once" if auto_steps is not None else theta, fda_lag=lag, fda_every=every,
+                   fda_log_every=log_every)
+        if horizon is not None and (horizon < 1 or auto_steps is not None):
+            raise ValueError(f"theta auto: the round horizon must be >= 1 step (got {horizon}) and excludes auto-once")
         if auto_steps is not None and auto_steps < 1:
-            raise ValueError(f"theta auto: the calibration round must be >= 1 step, got {auto_steps}; raise --theta-auto-epochs")
+            raise ValueError(f"theta auto-once: the calibration round must be >= 1 step, got {auto_steps}; raise --theta-auto-epochs")
         self.comm = comm
         self.lag = lag
+        self.every = every
         self.calibrating = auto_steps is not None
         self.auto_steps = auto_steps
         self.theta = float("inf") if self.calibrating else float(theta)
+        self.horizon = horizon
+        self.round_start = 0  # the trigger step of the last synchronization (theta auto's H_r)
+        self.trigger_step = 0
+        self._sync_mean_sq: float | None = None  # theta auto: mean ||u_k||^2 at the sync being decided
         self.log_every = log_every
         self.log_variance = log_variance
         self.state = torch.zeros(state_len, dtype=torch.float32)  # what goes on the wire, moved beside w
@@ -93,16 +117,30 @@ class _FDATrigger(Trigger):
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
         if self._u is None:
             self._allocate(w)
+        self.trigger_step = step
         if self.calibrating:
             return self._end_of_calibration(step, w, anchor)
+        if self.horizon is not None and step - self.round_start >= ROUND_CAP * self.horizon:
+            return self._end_of_round(w, anchor)
+        checked = step % self.every == 0
         if self.lag == 0:
+            if not checked:
+                return False
             self._reduce(w, anchor).wait()
-            return self._decide(step, {"variance": exact_variance(self.comm, self._u)} if self.log_variance else {})
+            sync = self._decide(step, {"variance": exact_variance(self.comm, self._u)} if self.log_variance else {})
+            if sync and self.horizon is not None:
+                self._sync_mean_sq = float(self.state[0])  # this step's mean ||u_k||^2, reduced already
+            return sync
         if self._pending is not None:  # the state of the step before, reduced meanwhile
             self._pending.wait()
             self._pending = None
             if self._decide(step, self._pending_variance):
+                if self.horizon is not None:  # the state is a step old: this step's mean ||u_k||^2, 4 bytes
+                    u = torch.sub(w, anchor, out=self._u)
+                    self._sync_mean_sq = float(self.comm.allreduce_mean_(torch.dot(u, u).reshape(1), "monitor")[0])
                 return True  # the drift restarts from zero: no state of this step to send
+        if not checked:
+            return False
         self._pending = self._reduce(w, anchor)
         if self.log_variance:
             self._pending_variance = {"variance": exact_variance(self.comm, self._u)}
@@ -131,13 +169,34 @@ class _FDATrigger(Trigger):
         if self._pending is not None:  # a synchronization the trigger did not call: drop the stale state
             self._pending.wait()
             self._pending = None
+        if self.horizon is not None:
+            self._recalibrate(old_anchor, new_anchor)
         if self.calibrating and self._mean_sq is not None:
-            drift = torch.sub(new_anchor, old_anchor, out=self._u)
-            variance = float(self._mean_sq[0]) - float(torch.dot(drift, drift))
+            variance = float(self._mean_sq[0]) - self.mean_drift_sq(old_anchor, new_anchor)
             # K = 1 has no variance to bound: nothing to average, never synchronize again.
             self.theta = variance if variance > 0 else float("inf")
             self.calibrating, self._mean_sq = False, None
             self.record("fda_auto", theta=self.theta, calibration_steps=self.auto_steps)
+
+    def _end_of_round(self, w: torch.Tensor, anchor: torch.Tensor) -> bool:
+        """theta auto's round cap (FDA-Opt's E_max): sync now; this step's mean ||u_k||^2 in 4 bytes."""
+        if self._pending is not None:  # a state in flight is stale once the round ends
+            self._pending.wait()
+            self._pending = None
+        u = torch.sub(w, anchor, out=self._u)
+        self._sync_mean_sq = float(self.comm.allreduce_mean_(torch.dot(u, u).reshape(1), "monitor")[0])
+        return True
+
+    def _recalibrate(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
+        """theta auto after a synchronization: Θ = horizon / H_r · Var_r. A sync the trigger
+        did not decide (a warm-up step) only restarts the round."""
+        if self._sync_mean_sq is not None:
+            rounds = self.trigger_step - self.round_start
+            variance = self._sync_mean_sq - self.mean_drift_sq(old_anchor, new_anchor)
+            self.theta = recalibrate(variance, rounds, self.horizon)
+            self.record("fda_auto", theta=self.theta, round_steps=rounds, variance=variance)
+        self._sync_mean_sq = None
+        self.round_start = self.trigger_step
 
     def finish(self) -> None:
         """Complete a state reduction still in flight (collective under ``lag=1``)."""
@@ -165,15 +224,22 @@ class _FDATrigger(Trigger):
 
     @staticmethod
     def keywords(ctx: BuildContext, o: FDAOptions) -> dict[str, Any]:
-        """The keyword arguments both variants take from their options: Θ (a number, or
-        ``auto`` turned into its calibration round's steps), the lag and the records."""
-        auto_steps = None
-        if o.auto:
-            if ctx.steps_per_epoch is None:
-                raise ValueError("theta auto: the calibration round is --theta-auto-epochs long and needs the epoch "
-                                 "length; give steps_per_epoch= (or a number for theta)")
-            auto_steps = max(1, round(o.theta_auto_epochs * ctx.steps_per_epoch))
-        return dict(theta=0.0 if o.auto else o.theta, lag=o.fda_lag, auto_steps=auto_steps, log_every=o.fda_log_every,
+        """The keyword arguments both variants take from their options: Θ (a number; ``auto``:
+        the prior and the round horizon in steps; ``auto-once``: its calibration round's
+        steps), the lag, the check interval and the records."""
+        auto_steps = horizon = None
+        theta = o.theta
+        if o.auto and ctx.steps_per_epoch is None and o.theta_fabric is None:
+            raise ValueError(f"theta {o.theta}: its round is counted in epochs and needs the epoch length; give "
+                             "steps_per_epoch= (or a number for theta)")
+        if o.theta == "auto-once":
+            auto_steps, theta = max(1, round(o.calibration_epochs * ctx.steps_per_epoch)), 0.0
+        elif o.theta == "auto":
+            horizon = horizon_steps(ctx.steps_per_epoch or 1, ctx.dim, ctx.comm.world_size, o.theta_round_epochs,
+                                    o.theta_fabric)
+            theta = prior(ctx.dim)
+        return dict(theta=theta, lag=o.fda_lag, every=o.fda_every, auto_steps=auto_steps, horizon=horizon,
+                    log_every=o.fda_log_every,
                     log_variance=o.log_variance)
 
 
@@ -182,7 +248,7 @@ class LinearFDATrigger(_FDATrigger):
     """8 bytes per step: the squared drift and its projection on ξ."""
 
     Options = FDAOptions
-    _state = ("theta", "calibrating", "xi", "syncs_seen")
+    _state = _FDATrigger._state + ("xi", "syncs_seen")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, seed: int = 0, **kw) -> None:
         super().__init__(comm, dim, theta, state_len=2, **kw)
@@ -223,7 +289,7 @@ class SketchFDATrigger(_FDATrigger):
     """4 + 4·l·m bytes per step: the squared drift and an AMS sketch of the drift."""
 
     Options = SketchFDAOptions
-    _state = ("theta", "calibrating", "eps")
+    _state = _FDATrigger._state + ("eps",)
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, eps: float | None = None,
                  sketcher: AmsSketch | None = None, **kw) -> None:

@@ -38,15 +38,22 @@ class ServerOptRule(Rule):
         self.optimizer = optimizer
         self.samples = samples  # this rank's n_i for a sample-weighted mean (None: uniform)
         self._server: torch.Tensor | None = None
+        self._mean_drift_sq = 0.0
 
     def aggregate(self, w: torch.Tensor, anchor: torch.Tensor) -> None:
         participant_mean_(self.comm, self.participation, w, anchor, self.samples)
         if self._server is None:
             self._server = torch.empty_like(anchor)
+        # ||mean - w_t0||^2 while the mean is at hand (the exact variance of FDA's theta auto needs it).
+        torch.sub(w, anchor, out=self._server)
+        self._mean_drift_sq = float(torch.dot(self._server, self._server))
         # The step updates the server model in place; anchor stays read-only for the trigger.
         self._server.copy_(anchor)
         self.optimizer.step(self._server, w)
         w.copy_(self._server)
+
+    def mean_drift_sq(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> float:
+        return self._mean_drift_sq
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict()}

@@ -1,0 +1,12 @@
+"""A test helper, run under a launcher: ``python -m fdahpc.train``'s main with the given flags,
+then the names of the threads this process still has, as one line."""
+
+import os
+import sys
+
+from fdahpc.train import main
+
+code = main(sys.argv[1:])
+names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+print("threads after teardown:", " ".join(names), flush=True)
+sys.exit(code)

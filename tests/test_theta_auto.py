@@ -1,0 +1,106 @@
+"""--theta auto: Θ_0 = 4e-5·d, then after every synchronization Θ = H/H_r · Var_r (the exact
+variance of the round, scaled to a round of H steps). The pieces against hand numbers, and
+the trigger's re-calibration against a hand computation of the variance (rank-dependent
+drifts, in one process and under mpiexec), with the mean, a server optimizer and the lag."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fdahpc.config import TrainConfig
+from fdahpc.strategies import build_strategy
+from fdahpc.theta import horizon_steps, prior, recalibrate, sync_seconds
+
+D = 1000
+
+
+def test_prior_horizon_and_recalibration_by_hand():
+    assert prior(61706) == pytest.approx(2.46824)  # LeNet-5: inside the tuned grid 2..64
+    assert horizon_steps(469, 61706, 4) == 469  # one epoch by default
+    assert horizon_steps(469, 61706, 4, round_epochs=2.5) == 1172
+    # 10 Gb/s, 25 µs, 20 ms steps, K = 4: 2·2·25 µs + 1.5·246 824 B·0.8 ns = 0.396 ms <= 10 % of one step
+    assert sync_seconds(61706, 4, 10, 25) == pytest.approx(1e-4 + 1.5 * 246824 * 8e-10)
+    assert horizon_steps(469, 61706, 4, fabric=(10, 25, 20)) == 1
+    # 1 Gb/s across sites (10 ms), 5 ms steps: 40 ms + 2.96 ms = 42.96 ms, / 0.5 ms -> 86 steps
+    assert horizon_steps(469, 61706, 4, fabric=(1, 10_000, 5)) == 86
+    assert horizon_steps(469, 61706, 1, fabric=(1, 10_000, 5)) == 1  # one rank never syncs over a wire
+    assert recalibrate(0.5, 10, 40) == 2.0  # (40/10)·0.5
+    assert recalibrate(0.5, 20, 40) == 1.0
+    assert recalibrate(0.5, 2, 40) == 2.0  # a 2-step round: its rate stretched 4x at most, not 20x
+    assert recalibrate(0.0, 10, 40) == math.inf and recalibrate(-1e-9, 3, 4) == math.inf
+
+
+def drive(comm, strategy, steps, **options):
+    """Rank k's model moves 0.01·(k+1) along the first coordinate every step: a round of s
+    steps ends with drifts u_k = 0.01·(k+1)·s·e_0, so Var = 1e-4·s²·(K²−1)/12 exactly."""
+    w = torch.zeros(D)
+    strat = build_strategy(strategy, options.pop("sync", None), options, comm, w, steps_per_epoch=10, num_samples=10)
+    strat.reset()
+    records = {}
+    strat.sink = lambda name, value: records.setdefault(name, []).append(value)
+    monitor0 = comm.bytes_sent["monitor"]
+    assert strat.trigger.theta == pytest.approx(4e-5 * D)  # the prior, before any round
+    for _ in range(steps):
+        w[0] += 0.01 * (comm.rank + 1)
+        strat.after_step()
+    strat.finish()
+    return strat, records, comm.bytes_sent["monitor"] - monitor0
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy,lag", [("linearfda", 0), ("sketchfda", 0), ("linearfda", 1), ("fedadam", 0)])
+def test_recalibration_matches_the_hand_computed_variance(comm, strategy, lag):
+    k = comm.world_size
+    extra = dict(sync="linear", server_lr=0.01) if strategy == "fedadam" else {}
+    strat, rec, monitor = drive(comm, strategy, 60, theta="auto", theta_round_epochs=2, fda_lag=lag, **extra)
+    horizon = 20  # 2 epochs of 10 steps
+    syncs = rec.get("sync/step", [])
+    if k == 1 and strategy == "sketchfda":  # one rank: the sketch's estimate stays below ε·||u||² < the prior,
+        assert syncs == [40]  # so the round cap 2H ends the round, and with no variance Θ = ∞
+        assert rec["fda_auto/theta"] == [math.inf]
+        assert monitor == 59 * strat.trigger.state_bytes + 4  # the capped step reduces 4 bytes instead of its state
+        return
+    assert syncs, "the prior 0.04 is passed within 60 steps"
+    assert rec["fda_auto/step"] == syncs  # one re-calibration per synchronization
+    assert rec["fda_auto/round_steps"] == np.diff([0] + syncs).tolist()
+    for s, var, theta in zip(rec["fda_auto/round_steps"], rec["fda_auto/variance"], rec["fda_auto/theta"]):
+        exact = 1e-4 * s * s * (k * k - 1) / 12
+        assert var == pytest.approx(exact, rel=1e-4, abs=1e-9)
+        assert theta == (math.inf if k == 1 else pytest.approx(min(horizon / s, 4) * exact, rel=1e-4))
+    if k == 1:
+        assert len(syncs) == 1  # no variance on one rank: Θ = ∞ after the first round
+    # The variance costs nothing at lag 0 (this step's state holds mean ||u||²); at lag 1 one float per sync.
+    state = strat.trigger.state_bytes
+    reductions = 60 - (len(syncs) if lag else 0)
+    assert monitor == reductions * state + lag * 4 * len(syncs)
+    # Θ and the round's start are checkpoint state.
+    saved = strat.trigger.state_dict()
+    assert saved["theta"] == strat.trigger.theta and saved["round_start"] == syncs[-1]
+
+
+def test_theta_auto_options():
+    cfg = TrainConfig(strategy="linearfda", theta="auto", theta_fabric="1,10000,5")
+    assert cfg.theta == "auto" and cfg.theta_fabric == "1,10000,5"
+    assert TrainConfig(strategy="sketchfda", theta="AUTO-once").theta == "auto-once"
+    for bad, msg in [(dict(theta="auto", theta_auto_epochs=2), "--theta-auto-epochs: the calibration round of --theta auto-once"),
+                     (dict(theta=1.0, theta_round_epochs=2), "--theta-round-epochs: sets the round horizon of --theta auto"),
+                     (dict(theta="auto", theta_fabric="10,25"), "--theta-fabric 10,25: give bandwidth"),
+                     (dict(theta="auto", theta_fabric="1,2,3", theta_round_epochs=1), "both set the round horizon")]:
+        with pytest.raises(ValueError, match=msg):
+            TrainConfig(strategy="linearfda", **bad)
+
+
+def test_model_averager_takes_theta_auto():
+    from fdahpc import ModelAverager
+    from fdahpc.comm import LocalCommunicator
+
+    avg = ModelAverager(torch.nn.Linear(10, 10), LocalCommunicator(), "linearfda", theta="auto", steps_per_epoch=5,
+                        theta_round_epochs=2)
+    assert avg.strategy.trigger.horizon == 10 and avg.strategy.trigger.theta == pytest.approx(4e-5 * 110)
+    # The fabric alone sets the horizon: no epoch length needed.
+    avg = ModelAverager(torch.nn.Linear(10, 10), LocalCommunicator(), "sketchfda", theta="auto", theta_fabric="1,10000,5")
+    assert avg.strategy.trigger.horizon == 1  # one rank: no AllReduce to amortize
+    with pytest.raises(ValueError, match="theta auto-once: its round is counted in epochs"):
+        ModelAverager(torch.nn.Linear(10, 10), LocalCommunicator(), "linearfda", theta="auto-once")
