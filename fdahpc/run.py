@@ -189,20 +189,34 @@ def mode_of(name: str) -> Mode:
 
 def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None):
     """The dataset of ``cfg``, with the training rows ``train_indices(labels)`` picks for this
-    rank (and the test rows ``test_indices(labels)`` picks; all when None)."""
-    from .data import load_dataset
+    rank (and the test rows ``test_indices(labels)`` picks; all when None, or ``--eval-samples``
+    rows spread evenly over the test set)."""
+    import numpy as np
 
+    from .config import text_options
+    from .data import TEXT_DATASETS, check_dataset, load_dataset
+
+    text = {}
+    if check_dataset(cfg.dataset)[0] in TEXT_DATASETS:
+        text = dict(context=text_options(cfg).context, targets="sequence" if cfg.model == "gpt" else "last")
+    if test_indices is None and cfg.eval_samples is not None:
+        def test_indices(labels):  # evenly spaced: every part of the test set (every role, every class) is seen
+            n = len(labels)
+            return np.unique(np.linspace(0, n - 1, min(cfg.eval_samples, n)).round().astype(np.int64)) if n else labels[:0]
     return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, train_indices=train_indices,
-                        test_indices=test_indices)
+                        test_indices=test_indices, **text)
 
 
 def new_model(cfg, data):
     """The run's initial model, the same on every rank and device (built on the CPU from the seed)."""
     import torch
 
-    from .models import build_model
+    from .config import text_options
+    from .models import build_model, build_text_model
 
     torch.manual_seed(cfg.seed)
+    if data.vocab:
+        return build_text_model(cfg.model, data.num_classes, text_options(cfg))
     return build_model(cfg.model, data.x_train.shape[1], data.x_train.shape[2], data.num_classes)
 
 
@@ -237,6 +251,7 @@ def run(r: Run, stop=None) -> dict:
     segments = provenance.start(comm, r.resumed, changed)
     attrs = dict(mode=r.mode.name, strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, partition=cfg.partition,
                  world_size=comm.world_size, params=job.flat.dim, target_accuracy=cfg.target_accuracy or -1.0,
+                 target_loss=cfg.target_loss or -1.0,
                  config=cfg.to_json(), provenance=json.dumps(segments), **job.attrs)
     run_file = open_run_file(r.out, comm.is_root, attrs, r.resumed)
     meta = dict(checkpoint.identity(cfg, comm.world_size, job.flat.dim), config=json.loads(cfg.to_json()),

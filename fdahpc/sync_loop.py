@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .run import Job, Mode, Outcome, load_data, new_model
 
-__all__ = ["MODE", "SyncMode", "SyncJob"]
+__all__ = ["MODE", "SyncMode", "SyncJob", "reached"]
 
 log = logging.getLogger("fdahpc")
 
@@ -95,6 +95,16 @@ class SyncMode(Mode):
 
 
 MODE = SyncMode()
+
+
+def reached(cfg, accuracy: float, loss: float) -> bool:
+    """Whether an evaluation meets the run's targets: ``--target-accuracy`` (accuracy >= it)
+    and ``--target-loss`` (mean test cross-entropy <= it); with both given, both must hold.
+    False when neither is given."""
+    targets = [accuracy >= cfg.target_accuracy] if cfg.target_accuracy is not None else []
+    if cfg.target_loss is not None:
+        targets.append(loss <= cfg.target_loss)
+    return bool(targets) and all(targets)
 
 
 @dataclass
@@ -263,7 +273,7 @@ class SyncJob(Job):
                 folder = save_checkpoint(step)
             if last and not scheduled:
                 acc = evaluate(step)  # the run's end, after its checkpoint: a longer resumed run does not repeat it
-            if cfg.target_accuracy is not None and acc is not None and acc >= cfg.target_accuracy:
+            if acc is not None and reached(cfg, acc, result["final_loss"]):
                 result.update(steps_to_target=step, comm_bytes_to_target=strategy.comm_bytes())
                 if cfg.checkpoint_dir and not saved:
                     folder = save_checkpoint(step)

@@ -15,6 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from .data.text import TokenWindows, as_tensor
+from .models import flat_outputs
+
 __all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "local_steps", "check_clip"]
 
 OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adamw")
@@ -35,12 +38,13 @@ class BatchStream:
 
     def __init__(self, x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, stream: int,
                  device: torch.device | str = "cpu") -> None:
-        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+        self.x, self.y = as_tensor(x), as_tensor(y)  # a text's windows are gathered per batch
         self.batch_size = batch_size
         self.gen = torch.Generator().manual_seed(seed * 100_003 + stream)
         self.order = torch.empty(0, dtype=torch.long)
         self.device = torch.device(device)
-        if self.device.type != "cpu":
+        self._windows = isinstance(self.x, TokenWindows) or isinstance(self.y, TokenWindows)
+        if self.device.type != "cpu" and not self._windows:
             # Reused every step: the previous copy has finished by then (the step's loss
             # was read on the host).
             self._pinned = (torch.empty((batch_size, *self.x.shape[1:]), dtype=self.x.dtype).pin_memory(),
@@ -63,6 +67,8 @@ class BatchStream:
         idx, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
         if self.device.type == "cpu":
             return self.x[idx], self.y[idx]
+        if self._windows:
+            return self.x[idx].to(self.device, non_blocking=True), self.y[idx].to(self.device, non_blocking=True)
         xb, yb = self._pinned
         torch.index_select(self.x, 0, idx, out=xb)
         torch.index_select(self.y, 0, idx, out=yb)
@@ -83,7 +89,9 @@ def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.o
     raise ValueError(f"--optimizer {name!r}: unknown; choose one of {', '.join(OPTIMIZERS)}")
 
 
-_loss_fn = nn.CrossEntropyLoss()
+def _loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy; over every predicted character for a sequence model."""
+    return nn.functional.cross_entropy(*flat_outputs(logits, y))
 
 
 def check_clip(clip_grad_norm: float | None) -> None:

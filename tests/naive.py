@@ -340,3 +340,16 @@ def paper_comm_bytes(*, syncs, steps, dim, workers, state_bytes=0, model_reducti
     uploads its monitoring state once. The oracle for the measured figure."""
     per_sync = model_reductions * 4 * dim * workers * 2 + round_state_bytes * workers * 2
     return syncs * per_sync + state_bytes * steps * workers
+
+
+# --------------------------------------------------------------------------- character samples
+
+def naive_text_samples(role_texts, context, stride=1):
+    """(role, x, next characters) for every window of ``context`` characters that has a
+    next character, inside each role's text separately, starts ``stride`` apart."""
+    out = []
+    for role, text in enumerate(role_texts):
+        for s in range(0, len(text) - context, stride):
+            out.append((role, text[s:s + context], text[s + 1:s + context + 1]))
+    return out
+

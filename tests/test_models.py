@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from fdahpc.models import MODELS, build_model, count_params
+from fdahpc.models import MODELS, TEXT_MODELS, build_model, count_params
 
 MNIST = (1, 28)
 CIFAR = (3, 32)
@@ -37,7 +37,7 @@ def test_lenet5bn_normalizes_with_running_statistics_as_buffers():
     model(torch.randn(16, 1, 28, 28) * 3 + 1)
     assert not torch.equal(model[1].running_mean, torch.zeros(6))  # training updates them
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", [m for m in MODELS if m not in TEXT_MODELS])  # text models: tests/test_text.py
 @pytest.mark.parametrize("shape", [MNIST, CIFAR])
 def test_forward_shape(name, shape):
     torch.manual_seed(0)

@@ -6,7 +6,8 @@ such as ``iid``, ``sorted:50``, ``dirichlet:0.5`` or ``mix:5*iid+5*classes:2``.
 """
 
 from .partition import PARTITION_KINDS, PartitionSpec, parse_partition, partition
-from .readers import DATASETS, FASHION_MNIST_DIR, Dataset, check_dataset, load_dataset
+from .readers import DATASETS, FASHION_MNIST_DIR, TEXT_DATASETS, Dataset, check_dataset, load_dataset
 
-__all__ = ["DATASETS", "FASHION_MNIST_DIR", "PARTITION_KINDS", "Dataset", "PartitionSpec", "check_dataset",
+__all__ = ["DATASETS", "FASHION_MNIST_DIR", "PARTITION_KINDS", "Dataset", "PartitionSpec", "TEXT_DATASETS",
+           "check_dataset",
            "load_dataset", "parse_partition", "partition"]

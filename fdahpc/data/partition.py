@@ -12,6 +12,10 @@ Spec syntax (``--partition``):
                      equal chunks, so label Y lands on as few workers as possible.
 - ``dirichlet:ALPHA`` per class, worker shares ~ Dirichlet(ALPHA); small ALPHA = skewed.
 - ``classes:C``      each worker holds exactly C classes (FedAdp's non-IID(C) nodes).
+- ``roles``          a text's samples by speaking role (the callback's "labels" are role
+                     ids): every role wholly on one worker, as LEAF splits Shakespeare.
+                     With more roles than workers, the roles (largest first, ties in a
+                     seeded order) go one by one to the worker holding the fewest samples.
 - ``mix:N1*SPEC1+N2*SPEC2+...``  worker groups: the first N1 ranks follow SPEC1, the next
                      N2 follow SPEC2, ...; the counts must sum to K, e.g. FedAdp's
                      "5 IID + 5 non-IID(2)" is ``mix:5*iid+5*classes:2``.
@@ -40,8 +44,8 @@ from ..streams import PARTITION_GROUP, SHARDS, stream
 
 __all__ = ["PARTITION_KINDS", "PartitionSpec", "parse_partition", "partition"]
 
-PARTITION_KINDS = ("iid", "sorted", "label", "dirichlet", "classes", "mix")  # mix combines the others
-_USAGE = ("use iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C or "
+PARTITION_KINDS = ("iid", "sorted", "label", "dirichlet", "classes", "roles", "mix")  # mix combines the others
+_USAGE = ("use iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C, roles (text datasets) or "
           "mix:N*SPEC+N*SPEC, e.g. mix:5*iid+5*classes:2")
 
 
@@ -105,6 +109,10 @@ def _parse_rule(text: str, spec: str) -> PartitionSpec:
         return PartitionSpec("dirichlet", alpha)
     if kind == "classes":
         return PartitionSpec("classes", _int_arg(arg, spec, "C", 1, "classes:2"))
+    if kind == "roles":
+        if colon:
+            raise ValueError(f"partition {spec!r}: roles takes no argument, write just roles")
+        return PartitionSpec("roles")
     if kind == "mix":
         raise ValueError(f"partition {spec!r}: a mix lists groups N*SPEC joined by + and does "
                          "not nest, e.g. mix:5*iid+5*classes:2")
@@ -258,5 +266,25 @@ def _classes(y, k, c, rng, spec):
     return [np.concatenate(p) for p in parts]
 
 
+def _roles(y, k, arg, rng, spec):
+    """Whole roles per worker, balanced greedily: largest role first (a seeded order among
+    equal sizes), each to the worker with the fewest samples so far (lowest index on a tie).
+    With K equal to the number of roles every worker holds exactly one, LEAF's clients."""
+    roles, sizes = np.unique(y, return_counts=True)
+    if len(roles) < k:
+        raise ValueError(f"partition {spec!r}: {len(roles)} roles with samples for {k} workers/clients; use at most "
+                         f"{len(roles)} (or --partition iid)")
+    order = rng.permutation(len(roles))
+    order = order[np.argsort(-sizes[order], kind="stable")]
+    load = np.zeros(k, dtype=np.int64)
+    owner = np.empty(len(roles), dtype=np.int64)
+    for r in order:
+        w = int(np.argmin(load))
+        owner[r] = w
+        load[w] += sizes[r]
+    worker = owner[np.searchsorted(roles, y)]
+    return [np.flatnonzero(worker == w) for w in range(k)]
+
+
 _RULES = {"iid": _iid, "sorted": _sorted, "label": _label,
-          "dirichlet": _dirichlet, "classes": _classes}
+          "dirichlet": _dirichlet, "classes": _classes, "roles": _roles}

@@ -27,10 +27,11 @@ import numpy as np
 
 from ..streams import SYNTHETIC, stream
 
-__all__ = ["DATASETS", "FASHION_MNIST_DIR", "Dataset", "load_dataset", "check_dataset",
+__all__ = ["DATASETS", "TEXT_DATASETS", "FASHION_MNIST_DIR", "Dataset", "load_dataset", "check_dataset",
            "read_idx", "read_idx_shape", "read_cifar_batch"]
 
-DATASETS: tuple[str, ...] = ("mnist5k", "mnist", "fashion-mnist", "cifar10", "synthetic")
+DATASETS: tuple[str, ...] = ("mnist5k", "mnist", "fashion-mnist", "cifar10", "synthetic", "shakespeare")
+TEXT_DATASETS: tuple[str, ...] = ("shakespeare",)  # character samples (fdahpc.data.text), not images
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
 
 # (mean, std) of the [0, 1]-scaled training pixels, per channel.
@@ -46,7 +47,9 @@ TrainIndices = Callable[[np.ndarray], np.ndarray]
 
 @dataclass(frozen=True, eq=False)  # eq=False: comparing numpy arrays has no single truth
 class Dataset:
-    """Train and test images, float32 (N, C, H, W) normalized, labels int64 (N,)."""
+    """Train and test images, float32 (N, C, H, W) normalized, labels int64 (N,); or, for a
+    text (``vocab`` set), character windows (:class:`fdahpc.data.text.TokenWindows`) and
+    their targets, ``num_classes`` the vocabulary's size."""
 
     name: str
     x_train: np.ndarray
@@ -54,8 +57,11 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
     num_classes: int
+    vocab: str = ""
 
     def __post_init__(self) -> None:
+        if self.vocab:
+            return  # built by fdahpc.data.text, which checks its own shapes
         for x, y, split in ((self.x_train, self.y_train, "train"), (self.x_test, self.y_test, "test")):
             if x.dtype != np.float32 or x.ndim != 4 or y.dtype != np.int64 or y.shape != (len(x),):
                 raise ValueError(f"dataset {self.name!r}: {split} split must be float32 (N, C, H, W) "
@@ -64,19 +70,31 @@ class Dataset:
 
 
 def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
-                 train_indices: TrainIndices | None = None, test_indices: TrainIndices | None = None) -> Dataset:
+                 train_indices: TrainIndices | None = None, test_indices: TrainIndices | None = None,
+                 context: int = 80, targets: str = "last") -> Dataset:
     """Load dataset ``name`` (one of `DATASETS`), keeping the training rows ``train_indices``
     selects from the full training labels (all rows when None), in the order it returns;
     ``test_indices`` likewise for the test split (a rank that never evaluates keeps none).
     MNIST and FashionMNIST read only the rows kept.
 
+    A text (``shakespeare``) gives the callbacks each sample's role id instead of a label;
+    its samples are ``context`` characters with ``targets`` ``last`` (the next character)
+    or ``sequence`` (every position's next character); see :mod:`fdahpc.data.text`.
+
     ``data_dir`` is needed by mnist and cifar10, optional for fashion-mnist (defaults to
-    `FASHION_MNIST_DIR`) and ignored by mnist5k and synthetic. ``seed`` only drives the
+    `FASHION_MNIST_DIR`) and shakespeare (defaults to ``~/.cache/fdahpc``) and ignored by mnist5k and synthetic. ``seed`` only drives the
     synthetic generator; every other dataset is the same for every seed.
     """
     loaders = {"mnist5k": _load_mnist5k, "mnist": _load_mnist, "fashion-mnist": _load_fashion,
                "cifar10": _load_cifar10, "synthetic": _load_synthetic}
     base, size = check_dataset(name)
+    if base in TEXT_DATASETS:
+        from .shakespeare import load_corpus
+        from .text import windows_of
+
+        corpus = load_corpus(data_dir)
+        return Dataset(name, *windows_of(corpus, context, targets, train_indices, test_indices, name, _select),
+                       num_classes=len(corpus.vocab), vocab=corpus.vocab)
     if base in ("mnist", "fashion-mnist"):
         return loaders[base](data_dir, seed, train_indices, test_indices)
     if size is not None:

@@ -140,6 +140,8 @@ class SemiAsyncMode(Mode):
         require(cfg.speed_ratio >= 1, f"--speed-ratio {cfg.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
         parse_scenarios(cfg.scenario)
         if cfg.strategy.startswith("fedqs"):
+            require(cfg.model != "gpt", f"--strategy {cfg.strategy}: FedQS's label test needs one label per sample, the "
+                    "gpt predicts every position; use --model lstm")
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
                     "SGD heavy-ball step; drop --optimizer")
         fedqs_params(cfg)  # FedQS's ranges are checked where they live
@@ -168,6 +170,7 @@ class SemiAsyncMode(Mode):
         from ..params import FlatParams
         from .clock import VirtualClock, parse_scenarios
         from .rules import build_rule
+        from ..data.text import as_tensor
 
         if not comm.point_to_point:
             raise ValueError("--mode semiasync: the coordinator needs MPI's probe, which torch.distributed lacks; "
@@ -199,9 +202,9 @@ class SemiAsyncMode(Mode):
 
             clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
                                  per_round=cfg.clients_per_round)
-            role = Server(comm, model, flat, rule, clock, hosts, torch.from_numpy(data.x_test),
-                          torch.from_numpy(data.y_test), cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
-                          target_accuracy=cfg.target_accuracy, log_every=cfg.log_every,
+            role = Server(comm, model, flat, rule, clock, hosts, as_tensor(data.x_test), as_tensor(data.y_test),
+                          cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
+                          target_accuracy=cfg.target_accuracy, target_loss=cfg.target_loss, log_every=cfg.log_every,
                           model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts")
         else:
             from .client import Host

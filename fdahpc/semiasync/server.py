@@ -95,6 +95,7 @@ class Server:
     rounds: int
     eval_every: int = 1
     target_accuracy: float | None = None
+    target_loss: float | None = None
     log_every: int = 10
     model_cache_gb: float | None = None  # see store.py: the stash beyond it waits on disk
     host_sums: bool = False  # --aggregate hosts: payloads stay on the hosts, which add their members' terms
@@ -412,7 +413,9 @@ class Server:
                 log.info("round %d  virtual time %d  accuracy %.4f  staleness mean %.1f max %d",
                          self.version, now, acc, staleness.mean(), staleness.max())
             buffer, headers, types = [], [], np.zeros_like(types)
-            reached = self.target_accuracy is not None and acc >= self.target_accuracy
+            goals = [acc >= self.target_accuracy] if self.target_accuracy is not None else []
+            goals += [loss <= self.target_loss] if self.target_loss is not None else []
+            reached = bool(goals) and all(goals)  # both targets when both are given, as the sync mode
             if reached:
                 result.update(rounds_to_target=self.version, virtual_time_to_target=now)
             if stop is not None and stop.requested:
