@@ -48,6 +48,9 @@ class TrainConfig:
     target_accuracy: float | None = _f(None, "stop as soon as the global (averaged) model reaches this test accuracy", resumable=True)
     eval_every: int | None = _f(None, "sync: also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)", resumable=True)
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
+    drop_last: bool = _f(False, "drop each pass's last partial minibatch (every rule, both modes): semiasync jobs take "
+                         "E·⌊n/B⌋ steps and a client with fewer than B samples none (the FedQS authors' loader); "
+                         "sync epochs are ⌊n/B⌋ steps of the mean partition")
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
     # FDA and schedules.
@@ -146,7 +149,7 @@ class TrainConfig:
 FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy",
-                 "eval_every", "seed", "clip_grad_norm"),
+                 "eval_every", "seed", "drop_last", "clip_grad_norm"),
     "fda": ("theta", "theta_auto_epochs", "fda_lag", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs"),

@@ -246,7 +246,8 @@ class Host:
         decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(i, c)
         lr = decision.lr if decision else c.lr
         momentum = decision.momentum if decision else 0.0
-        loss = self.train(c, lr, momentum) / c.data.steps
+        # --drop-last: a client with less than one batch takes no step and uploads its start.
+        loss = self.train(c, lr, momentum) / c.data.steps if c.data.steps else 0.0
         if self.nan_from is not None and c.start >= self.nan_from:
             faults.poison(self.model)  # FDAHPC_FAULT=nan@N:RANK
         payload = self.flat.state.to("cpu", copy=True)

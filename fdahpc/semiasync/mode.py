@@ -64,7 +64,7 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
     """Per-client shares of this host's rows (in ``mine`` order), views of them; for FedQS
     also the label test's rows, up to 20 per label of the client's own training samples
     picked in a seeded order (nothing held out from training)."""
-    from ..worker import BatchStream
+    from ..worker import BatchStream, steps_per_job
     from .client import ClientData
     from .clock import VALIDATION, stream_rng
     from .fedqs import label_probe
@@ -74,9 +74,9 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
         n = len(parts[c])
         xt, yt = x[offset : offset + n], y[offset : offset + n]  # views
         offset += n
-        steps = cfg.tau if cfg.tau is not None else max(1, math.ceil(cfg.local_epochs * n / cfg.batch_size))
+        steps = steps_per_job(n, cfg.batch_size, cfg.local_epochs, cfg.tau, cfg.drop_last)
         probe = label_probe(yt, stream_rng(cfg.seed, VALIDATION + c).permutation(n)) if fedqs else None
-        out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c), steps, probe)
+        out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c, drop_last=cfg.drop_last), steps, probe)
     return out
 
 
