@@ -82,6 +82,9 @@ class TrainConfig:
     buffer: int | None = _f(None, "semiasync: aggregate when this many updates are buffered (the paper's K; default min(10, --clients); --buffer N = synchronous FL)")
     rounds: int | None = _f(None, "semiasync: number of aggregations (default 400)", resumable=True)
     speed_ratio: int = _f(50, "semiasync: client i needs r_i ~ U{1..RATIO} virtual time units per local job")
+    clock: str | None = _f(None, "semiasync: events (default: jobs finish in virtual-time order, K updates per "
+                           "aggregation) or ticks (the FedQS authors' simulator: index-order ticks, an aggregation "
+                           "reads each queued client's latest result; docs/tick-clock.md)")
     scenario: str | None = _f(None, "semiasync: shift@ROUND:RATIO, fluctuate:A, dropout@ROUND:FRACTION (comma-separated)")
     aggregate: str | None = _f(None, "semiasync: who adds the buffered updates: server (every update travels to rank 0) or "
                                "hosts (each host adds its own clients' terms, one exact reduction to rank 0, one broadcast "
@@ -156,7 +159,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
     "sampling": ("clients_per_round",),
     "fedadp": ("fedadp_alpha", "fedadp_angles"),
-    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "scenario", "aggregate", "model_cache_gb", "spill_dir"),
+    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir"),
     "fedqs": tuple(f.name for f in fields(TrainConfig) if f.name.startswith("fedqs_")),
     "output": ("out", "checkpoint_dir", "checkpoint_every", "resume", "stop_check_every", "log_every"),
     "runtime": ("backend", "device", "comm_timeout", "threads"),

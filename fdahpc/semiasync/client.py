@@ -260,7 +260,7 @@ class Host:
         if self.uploads == "update":  # Δ for the parameters; running statistics travel as values (rules.py)
             payload[: self.flat.dim].sub_(w_start[: self.flat.dim])
         header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,
-                         similarity=0.0 if np.isnan(s_i) else s_i, feedback=float(bool(decision and decision.feedback)),
+                         similarity=s_i, feedback=float(bool(decision and decision.feedback)),
                          g=decision.G if decision else 1.0, type=decision.type if decision else -1, loss=loss,
                          lr=lr, momentum=momentum, steps=c.data.steps, absmax=float(payload.abs().max()))
         self.outbox.post(header, 0, Tag.UP_HEADER, "control")

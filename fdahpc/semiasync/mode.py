@@ -84,7 +84,7 @@ class SemiAsyncMode(Mode):
     name = "semiasync"
     unit = "round"
     noun = "a semi-asynchronous rule"
-    options = ("clients", "buffer", "rounds", "scenario", "aggregate", "model_cache_gb", "spill_dir")
+    options = ("clients", "buffer", "rounds", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir")
 
     def strategies(self) -> tuple[str, ...]:
         from .rules import SEMIASYNC_RULES
@@ -96,7 +96,7 @@ class SemiAsyncMode(Mode):
         buffer = min(DEFAULT_BUFFER, clients) if isinstance(clients, int) and clients >= 1 else DEFAULT_BUFFER
         if cfg.clients_per_round is not None:  # cross-device FedAvg: a round waits for its sample
             buffer = cfg.clients_per_round
-        return {"strategy": "fedqs-avg", "clients": clients, "buffer": buffer, "rounds": DEFAULT_ROUNDS,
+        return {"strategy": "fedqs-avg", "clients": clients, "buffer": buffer, "rounds": DEFAULT_ROUNDS, "clock": "events",
                 "aggregate": "server", "model_cache_gb": DEFAULT_MODEL_CACHE_GB}
 
     def check(self, cfg) -> None:
@@ -137,6 +137,16 @@ class SemiAsyncMode(Mode):
         require(cfg.rounds >= 1, f"--rounds {cfg.rounds}: must be >= 1, e.g. --rounds 400")
         require(cfg.speed_ratio >= 1, f"--speed-ratio {cfg.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
         parse_scenarios(cfg.scenario)
+        from .ticks import CLOCKS
+
+        one_of("--clock", cfg.clock, CLOCKS)
+        if cfg.clock == "ticks":  # what the authors' simulator cannot express (ticks.py)
+            for flag, given, why in (
+                    ("--scenario", cfg.scenario, "it has no churn or speed changes"),
+                    ("--clients-per-round", cfg.clients_per_round, "every client is always training"),
+                    ("--aggregate hosts", cfg.aggregate == "hosts", "a carried entry reads a result the server keeps"),
+                    ("--checkpoint-dir", cfg.checkpoint_dir, "its state is not saved yet")):
+                require(not given, f"{flag}: not with --clock ticks ({why}); drop it or use --clock events")
         if cfg.strategy.startswith("fedqs"):
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
                     "SGD heavy-ball step; drop --optimizer")
@@ -195,8 +205,13 @@ class SemiAsyncMode(Mode):
         if comm.is_root:
             from .server import Server
 
-            clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
-                                 per_round=cfg.clients_per_round)
+            if cfg.clock == "ticks":
+                from .ticks import TickClock
+
+                clock = TickClock(cfg.clients, cfg.speed_ratio, cfg.seed, cfg.buffer)
+            else:
+                clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
+                                     per_round=cfg.clients_per_round)
             role = Server(comm, model, flat, rule, clock, hosts, torch.from_numpy(data.x_test),
                           torch.from_numpy(data.y_test), cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
                           target_accuracy=cfg.target_accuracy, log_every=cfg.log_every,
@@ -231,7 +246,8 @@ class SemiAsyncJob(Job):
     @property
     def attrs(self) -> dict:
         c = self.cfg
-        return dict(clients=c.clients, buffer=c.buffer, rounds=c.rounds, speed_ratio=c.speed_ratio, scenario=c.scenario or "")
+        return dict(clients=c.clients, buffer=c.buffer, rounds=c.rounds, speed_ratio=c.speed_ratio, scenario=c.scenario or "",
+                    clock=c.clock)
 
     @property
     def position(self) -> int:
