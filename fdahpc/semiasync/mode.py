@@ -225,7 +225,7 @@ class SemiAsyncMode(Mode):
                         num_classes=data.num_classes, num_clients=cfg.clients, fedqs=fedqs,
                         clip_grad_norm=cfg.clip_grad_norm, nan_from=faults.nan_at(comm.rank),
                         model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts",
-                        device=device)
+                        device=device, stats_updates=rule.stats_updates)
         return SemiAsyncJob(cfg, comm, model, flat, role)
 
 
