@@ -95,6 +95,9 @@ def test_tick_clock_same_seed_same_run_on_2_and_3_ranks(tmp_path, rule):
     assert first["round/virtual_time"][-1] == clock.tick
     assert (first.attrs["jobs_never_aggregated"], first.attrs["jobs_overwritten"]) == clock.never_aggregated()
     assert first.attrs["clock"] == "ticks"
+    from fdahpc.summary import summarize  # the paper's convergence accuracy, as the run recorded it
+
+    assert summarize(first.filename).convergence == pytest.approx(first.attrs["convergence_accuracy"], rel=1e-12)
     if rule.startswith("fedqs"):
         assert first["round/types"][:].sum() > 0
     for other in runs[1:]:
