@@ -490,6 +490,22 @@ def test_authors_decide_nothing_until_speed_mean_angle_and_mean_speed_are_known(
     assert not authors_ready(0.8, 0.0, 35.0)
 
 
+def test_authors_G_is_taken_at_aggregation_from_every_latest_angle():
+    from fdahpc.semiasync.fedqs import authors_G
+
+    # Latest angles of 5 clients: client 3 has none yet (NaN), client 4 reported 0 (no layer
+    # kept): θ̄ = (30 + 60 + 90) / 3 = 60, over every client, not only the buffer's.
+    angles = np.array([30.0, 60.0, 90.0, np.nan, 0.0])
+    assert_close(authors_G(angles, [2, 0, 3, 4, 2]), np.array([1.5, 0.5, 1.0, 0.0, 1.5]), rtol=1e-15, atol=0)
+    # one angle refreshed by a job started since (client 1: 60 -> 240): θ̄ = 120, G changes for all
+    angles[1] = 240.0
+    assert_close(authors_G(angles, [2, 0, 1]), np.array([0.75, 0.25, 2.0]), rtol=1e-15, atol=0)
+    # 100 against nineteen 1s: θ̄ = 119/20, 100/θ̄ = 16.8, capped at 9
+    assert_close(authors_G(np.array([100.0] + [1.0] * 19), [0, 1], cap=9.0), np.array([9.0, 20 / 119]), rtol=1e-15,
+                 atol=0)
+    assert authors_G(np.array([np.nan, 0.0]), [0, 1]).tolist() == [1.0, 1.0]  # no θ̄ yet: neutral
+
+
 def test_authors_fedqs_sgd_adds_the_weighted_statistics_deltas():
     """FedQS-SGD in the authors' variant: statistics move by Σ p_i δs_i like the parameters
     (their aggregation adds every state_dict entry's weighted change); the paper variant

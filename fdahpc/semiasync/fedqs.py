@@ -59,7 +59,7 @@ import torch
 
 __all__ = ["CLIENT_TYPES", "FSBC", "FWBC", "SWBC", "SSBC", "NONE", "SIMILARITIES", "VARIANTS", "similarity",
            "layer_bounds", "layer_angle", "FedQSParams", "classify", "Decision", "decide", "label_accuracies",
-           "label_probe", "ratio_G", "speeds", "heavy_ball_step_", "authors_ready"]
+           "label_probe", "ratio_G", "speeds", "heavy_ball_step_", "authors_ready", "authors_G"]
 
 CLIENT_TYPES = ("FSBC", "FWBC", "SWBC", "SSBC")
 FSBC, FWBC, SWBC, SSBC = range(4)
@@ -316,6 +316,21 @@ def decide(params: FedQSParams, lr_prev: float, f_i: float, f_bar: float, s_i: f
         # an SSBC client (θ_i > θ̄), so the fixed m0 (0.1)
         m = params.m0 + max(0.0, min(AUTHORS_K * (1.0 / G - 1.0), 0.4))
     return Decision(type=kind, lr=lr, momentum=m, feedback=feedback, F=F, G=G)
+
+
+def authors_G(angles: np.ndarray, clients, cap: float = 9.0) -> np.ndarray:
+    """The authors' G of each listed client, taken at aggregation: its latest angle over
+    θ̄, the mean of every client's latest non-zero angle at that moment (``angles``: one
+    per client, NaN where none is known), in ``[0, cap]``; 1 (neutral) while θ̄ is unknown
+    or the client has no angle."""
+    theta = np.asarray(angles, dtype=np.float64)
+    known = theta[np.isfinite(theta) & (theta != 0)]
+    mean = float(known.mean()) if len(known) else 0.0
+    out = np.ones(len(clients))
+    for k, c in enumerate(clients):
+        if mean > 0 and math.isfinite(theta[c]):
+            out[k] = min(max(float(theta[c]) / mean, 0.0), cap)
+    return out
 
 
 def authors_ready(f_i: float, f_bar: float, s_bar: float) -> bool:

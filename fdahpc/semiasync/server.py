@@ -50,7 +50,7 @@ from ..control import Diverged
 from ..evaluate import score
 from .clock import VirtualClock
 from .ticks import TickClock
-from .fedqs import CLIENT_TYPES, speeds
+from .fedqs import CLIENT_TYPES, authors_G, speeds
 from .exact import to_float
 from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
 from .rules import G_CAP, BufferRule, Update
@@ -347,13 +347,9 @@ class Server:
         """The authors' G, taken at aggregation (in place): the client's latest angle over
         the mean of every client's latest non-zero angle at this moment, capped at 9 (the
         weight bounds it by 2); 1 while no angle is known."""
-        known = self.similarity[np.isfinite(self.similarity) & self.clock.active]
-        known = known[known != 0]
-        mean = float(known.mean()) if len(known) else 0.0
+        G = authors_G(np.where(self.clock.active, self.similarity, np.nan), [u.client for u in buffer], G_CAP)
         for k, u in enumerate(buffer):
-            theta = self.similarity[u.client]
-            G = 1.0 if mean <= 0 or not math.isfinite(theta) else min(max(float(theta) / mean, 0.0), G_CAP)
-            buffer[k] = replace(u, G=G)
+            buffer[k] = replace(u, G=float(G[k]))
 
     def _aggregate(self, buffer: list[Update]) -> np.ndarray:
         """A new global version from the buffer; returns the rule's weights."""
