@@ -105,6 +105,17 @@ def test_tick_clock_same_seed_same_run_on_2_and_3_ranks(tmp_path, rule):
         assert np.array_equal(other["final/model"][:], first["final/model"][:])
 
 
+def test_every_rule_runs_on_the_tick_clock(tmp_path):
+    from fdahpc.semiasync.rules import SEMIASYNC_RULES
+
+    flags = ["--mode", "semiasync", "--clock", "ticks", "--clients", "5", "--buffer", "2", "--rounds", "5",
+             "--tau", "2", "--speed-ratio", "3", "--partition", "dirichlet:0.5"]
+    for rule in SEMIASYNC_RULES:
+        f = train(tmp_path, rule, *flags, "--strategy", rule, ranks=2)
+        assert f.attrs["rounds_done"] == 5 and np.isfinite(f["final/model"][:]).all(), rule
+        assert f["round/repeat"].shape == (5, 2)
+
+
 def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
     """Three clients on three hosts; at round 2 two of them leave, so two hosts have no
     client left and the buffer of 2 can no longer fill: the server aggregates what remains."""
@@ -130,6 +141,8 @@ def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
     (["--clock", "ticks", "--scenario", "shift@5:10"], "--scenario: not with --clock ticks"),
     (["--clock", "ticks", "--clients-per-round", "3"], "--clients-per-round: not with --clock ticks"),
     (["--clock", "ticks", "--aggregate", "hosts"], "--aggregate hosts: not with --clock ticks"),
+    (["--clock", "ticks", "--checkpoint-dir", "ck"], "--checkpoint-dir: not with --clock ticks"),
+    (["--clock", "ticks", "--resume", "ck/step-00000010"], "--resume: not with --clock ticks"),
 ])
 def test_bad_semiasync_flags_one_line_exit_2(capsys, flags, message):
     from fdahpc.train import main  # the flags are refused before any rank would start

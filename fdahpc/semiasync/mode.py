@@ -145,7 +145,8 @@ class SemiAsyncMode(Mode):
                     ("--scenario", cfg.scenario, "it has no churn or speed changes"),
                     ("--clients-per-round", cfg.clients_per_round, "every client is always training"),
                     ("--aggregate hosts", cfg.aggregate == "hosts", "a carried entry reads a result the server keeps"),
-                    ("--checkpoint-dir", cfg.checkpoint_dir, "its state is not saved yet")):
+                    ("--checkpoint-dir", cfg.checkpoint_dir, "its state is not saved yet"),
+                    ("--resume", cfg.resume, "its state is not saved yet")):
                 require(not given, f"{flag}: not with --clock ticks ({why}); drop it or use --clock events")
         if cfg.strategy.startswith("fedqs"):
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
