@@ -26,9 +26,16 @@ checkpoint folder the last round also sends the new model to its clients (the cl
 already scheduled their next jobs), so a run resumed with more ``--rounds`` continues
 exactly like a longer run; that send is counted in the last round's bytes.
 
+With ``--clock ticks`` (:mod:`.ticks`, the FedQS authors' simulator) the clock steps tick
+by tick instead: each client starting a job gets the current model once its previous
+result is in; an aggregation first receives every started job's result, keeps each
+client's latest (the stash is never popped: a carried entry or a repeat reads it again),
+refreshes the angles from them and reads the K entries the clock names.
+
 Run file rows per round (beside :mod:`fdahpc.metrics`' list): ``round/update_staleness``,
 ``round/n_samples``, ``round/feedback`` and ``round/G`` give, per aggregated update in the
-order of ``round/clients`` (padded alike), what the rule's weights were computed from.
+order of ``round/clients`` (padded alike), what the rule's weights were computed from; on
+the tick clock also ``round/stamp_staleness`` and ``round/repeat`` (:class:`.ticks.Read`).
 
 Divergence: an update whose loss or payload holds a NaN or Inf, or a global model that
 does, ends the run on every rank (``DIVERGED`` to the hosts, then
