@@ -3,6 +3,7 @@
     python benchmarks/fedqs_regime.py                                  # the whole grid
     python benchmarks/fedqs_regime.py --partitions dirichlet:0.1 --seeds 0 --rounds 100
     python benchmarks/fedqs_regime.py --table                         # the README's tables, from the CSVs
+    python benchmarks/fedqs_regime.py --clock ticks --drop-last ...   # under the authors' simulator (issue 43)
 
 The paper's setting (arXiv 2510.07664, Section 5.1 and Appendix D; the authors' code as
 summarised in ../shared/ALGORITHMS.md §3): N = 100 clients, K = 10, Dirichlet(x) labels,
@@ -17,7 +18,9 @@ FedQS-Avg and FedQS-SGD in both variants, FedBuff, M-step, WKAFL, and synchronou
 (the same mode with ``--buffer N``). Per partition it runs ``semiasync.py`` into
 ``--out-dir/<partition>`` and writes ``benchmarks/fedqs_regime_<partition>.csv``; with
 ``--reuse`` (the default) finished run files are read, not rerun, so an interrupted grid
-resumes where it stopped.
+resumes where it stopped. ``--clock ticks`` and ``--drop-last`` (docs/tick-clock.md) go to
+every run, and their names into the CSV's and the run folder's (``fedqs_regime_ticks_droplast_<partition>.csv``),
+so the event-clock grid stays as it is.
 """
 
 from __future__ import annotations
@@ -48,16 +51,25 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "fedqs-regime"))
     p.add_argument("--no-reuse", action="store_true", help="rerun finished runs instead of reading them")
     p.add_argument("--table", action="store_true", help="print the README's tables from the CSVs; run nothing")
+    p.add_argument("--clock", default="events", choices=("events", "ticks"), help="the mode's --clock")
+    p.add_argument("--drop-last", action="store_true", help="the mode's --drop-last")
     return p.parse_args(argv)
+
+
+def setting(args) -> str:
+    """The CSV's and run folder's prefix: '' for the event clock without drop-last."""
+    return "".join([f"{args.clock}_" if args.clock != "events" else "", "droplast_" if args.drop_last else ""])
 
 
 def semiasync_argv(args, partition: str) -> list[str]:
     """``benchmarks/semiasync.py``'s command line for one partition of the grid."""
-    tag = partition.replace(":", "")
+    tag = setting(args) + partition.replace(":", "")
+    extra = " ".join(["--clip-grad-norm 20", f"--clock {args.clock}" if args.clock != "events" else "",
+                      "--drop-last" if args.drop_last else ""]).strip()
     flags = ["--methods", args.methods, "--seeds", args.seeds, "--ranks", str(args.ranks), "--dataset", "fashion-mnist",
              "--model", args.model, "--partition", partition, "--clients", "100", "--buffer", "10", "--speed-ratio", "50",
              "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50", "--lr", "0.1",
-             "--eval-every", str(args.eval_every), "--extra", "--clip-grad-norm 20",
+             "--eval-every", str(args.eval_every), "--extra", extra,
              "--out-dir", os.path.join(args.out_dir, tag),
              "--csv", os.path.join(REPO_ROOT, "benchmarks", f"fedqs_regime_{tag}.csv")]
     return flags + ([] if args.no_reuse else ["--reuse"])
@@ -76,13 +88,14 @@ BASELINE = {m: ("fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg")
             if m not in ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "sync-fedavg")} | ABLATIONS
 
 
-def table(partition: str, methods: list[str], csv_dir: str = os.path.join(REPO_ROOT, "benchmarks")) -> list[str]:
+def table(partition: str, methods: list[str], csv_dir: str = os.path.join(REPO_ROOT, "benchmarks"),
+          prefix: str = "") -> list[str]:
     """The README's markdown table of one partition's CSV: every method's convergence
     accuracy per seed, mean ± sd over the seeds it has, and its difference to its baseline
     on the seeds both have."""
     import statistics
 
-    rows = semiasync.read_rows(os.path.join(csv_dir, f"fedqs_regime_{partition.replace(':', '')}.csv"))
+    rows = semiasync.read_rows(os.path.join(csv_dir, f"fedqs_regime_{prefix}{partition.replace(':', '')}.csv"))
     seeds = sorted({s for _, s in rows})
     out = [f"| {partition} | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± sd | − baseline (same seeds) "
            "| rounds to 95 % | oscillations | staleness |", "|---" * (len(seeds) + 6) + "|"]
@@ -108,7 +121,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     for partition in args.partitions.split(","):
         if args.table:
-            print("\n".join(table(partition, args.methods.split(",") + list(ABLATIONS))) + "\n")
+            print("\n".join(table(partition, args.methods.split(",") + list(ABLATIONS), prefix=setting(args))) + "\n")
         else:
             semiasync.main(semiasync_argv(args, partition))
     return 0

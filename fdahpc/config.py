@@ -58,6 +58,9 @@ class TrainConfig:
                                   "same at every evaluation (e.g. for the Shakespeare LSTM's costly test); all when omitted")
     eval_every: int | None = _f(None, "sync: also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)", resumable=True)
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
+    drop_last: bool = _f(False, "drop each pass's last partial minibatch (every rule, both modes): semiasync jobs take "
+                         "E·⌊n/B⌋ steps and a client with fewer than B samples none (the FedQS authors' loader); "
+                         "sync epochs are ⌊n/B⌋ steps of the mean partition")
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
     # FDA and schedules.
@@ -100,6 +103,9 @@ class TrainConfig:
     buffer: int | None = _f(None, "semiasync: aggregate when this many updates are buffered (the paper's K; default min(10, --clients); --buffer N = synchronous FL)")
     rounds: int | None = _f(None, "semiasync: number of aggregations (default 400)", resumable=True)
     speed_ratio: int = _f(50, "semiasync: client i needs r_i ~ U{1..RATIO} virtual time units per local job")
+    clock: str | None = _f(None, "semiasync: events (default: jobs finish in virtual-time order, K updates per "
+                           "aggregation) or ticks (the FedQS authors' simulator: index-order ticks, an aggregation "
+                           "reads each queued client's latest result; docs/tick-clock.md)")
     scenario: str | None = _f(None, "semiasync: shift@ROUND:RATIO, fluctuate:A, dropout@ROUND:FRACTION (comma-separated)")
     aggregate: str | None = _f(None, "semiasync: who adds the buffered updates: server (every update travels to rank 0) or "
                                "hosts (each host adds its own clients' terms, one exact reduction to rank 0, one broadcast "
@@ -168,14 +174,14 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
     "text": ("context", "gpt_layers", "gpt_heads", "gpt_width"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy", "target_loss",
-                 "eval_samples", "eval_every", "seed", "clip_grad_norm"),
+                 "eval_samples", "eval_every", "seed", "drop_last", "clip_grad_norm"),
     "fda": ("theta", "theta_auto_epochs", "theta_round_epochs", "theta_fabric", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs", "warmup_steps"),
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
     "sampling": ("clients_per_round",),
     "fedadp": ("fedadp_alpha", "fedadp_angles"),
-    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "scenario", "aggregate", "model_cache_gb", "spill_dir"),
+    "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir"),
     "fedqs": tuple(f.name for f in fields(TrainConfig) if f.name.startswith("fedqs_")),
     "output": ("out", "checkpoint_dir", "checkpoint_every", "resume", "stop_check_every", "log_every"),
     "runtime": ("backend", "device", "comm_timeout", "threads"),

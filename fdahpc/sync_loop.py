@@ -78,6 +78,8 @@ class SyncMode(Mode):
             raise ValueError(f"--partition {cfg.partition}: rank {comm.rank} got no training samples; use fewer ranks or another partition")
         # An epoch is one pass over the mean partition, identical on every rank.
         steps_per_epoch = max(1, math.ceil(n_total["train"] / comm.world_size / cfg.batch_size))
+        if cfg.drop_last:  # --drop-last: an epoch is the full batches of the mean partition
+            steps_per_epoch = max(1, int(n_total["train"] // comm.world_size) // cfg.batch_size)
         total_steps = math.ceil(cfg.epochs * steps_per_epoch)
         if cfg.max_steps is not None:
             total_steps = min(total_steps, cfg.max_steps)
@@ -88,7 +90,11 @@ class SyncMode(Mode):
         flat = FlatParams(model)
         optimizer = make_optimizer(*local_optimizer(cfg), model.parameters(), cfg.weight_decay)
         evaluator = Evaluator(comm, new_model(cfg, data).to(comm.device), data.x_test, data.y_test)
-        batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank, device=comm.device)
+        if cfg.drop_last and len(data.y_train) < cfg.batch_size:  # lockstep: every rank must step
+            raise ValueError(f"--drop-last: rank {comm.rank} holds {len(data.y_train)} training samples, less than one "
+                             f"batch of {cfg.batch_size}; lower --batch-size, use fewer ranks or drop --drop-last")
+        batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank, device=comm.device,
+                              drop_last=cfg.drop_last)
         strategy = build_strategy(cfg.strategy, cfg.sync, cfg, comm, flat.w, steps_per_epoch,
                                   num_samples=len(data.y_train), seed=cfg.seed)
         return SyncJob(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps)

@@ -18,7 +18,7 @@ from torch import nn
 from .data.text import TokenWindows, as_tensor
 from .models import flat_outputs
 
-__all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "local_steps", "check_clip"]
+__all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "local_steps", "check_clip", "steps_per_job"]
 
 OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adamw")
 
@@ -34,12 +34,18 @@ class BatchStream:
 
     With a GPU ``device`` the partition stays in host memory and each batch is gathered
     into pinned buffers and copied to the device once per step, asynchronously.
+
+    ``drop_last`` (``--drop-last``, as PyTorch's DataLoader and the FedQS authors' code): a
+    pass yields ``⌊n/batch_size⌋`` batches and its last partial batch is dropped, so an
+    epoch is exactly one permutation; a partition smaller than one batch yields none
+    (:meth:`next` raises; :func:`steps_per_job` gives such a client 0 steps).
     """
 
     def __init__(self, x: np.ndarray, y: np.ndarray, batch_size: int, seed: int, stream: int,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", drop_last: bool = False) -> None:
         self.x, self.y = as_tensor(x), as_tensor(y)  # a text's windows are gathered per batch
         self.batch_size = batch_size
+        self.drop_last = bool(drop_last)
         self.gen = torch.Generator().manual_seed(seed * 100_003 + stream)
         self.order = torch.empty(0, dtype=torch.long)
         self.device = torch.device(device)
@@ -62,6 +68,11 @@ class BatchStream:
         self.order = state["order"].clone()
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.drop_last and len(self.order) < self.batch_size:
+            if len(self.y) < self.batch_size:
+                raise ValueError(f"--drop-last: a partition of {len(self.y)} samples holds no full batch of "
+                                 f"{self.batch_size}; lower --batch-size or drop --drop-last")
+            self.order = torch.randperm(len(self.y), generator=self.gen)  # the partial rest is dropped
         while len(self.order) < self.batch_size:
             self.order = torch.cat([self.order, torch.randperm(len(self.y), generator=self.gen)])
         idx, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
@@ -73,6 +84,22 @@ class BatchStream:
         torch.index_select(self.x, 0, idx, out=xb)
         torch.index_select(self.y, 0, idx, out=yb)
         return xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+
+
+def steps_per_job(n: int, batch_size: int, local_epochs: float, tau: int | None = None,
+                  drop_last: bool = False) -> int:
+    """Local steps of one job over ``n`` samples: ``tau`` when given, else ``local_epochs``
+    passes: ``⌈E·n/B⌉`` (at least 1), or with ``drop_last`` ``⌊E·⌊n/B⌋⌋`` full batches
+    (the FedQS authors' 2·⌊n/50⌋; 0 for a client with fewer than B samples, which then
+    uploads its starting model unchanged). With ``tau`` and ``drop_last`` such a client
+    takes no step either."""
+    if drop_last and n < batch_size:
+        return 0
+    if tau is not None:
+        return tau
+    if drop_last:
+        return int(math.floor(local_epochs * (n // batch_size) + 1e-9))
+    return max(1, math.ceil(local_epochs * n / batch_size))
 
 
 def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.optim.Optimizer:

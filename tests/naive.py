@@ -112,7 +112,8 @@ def naive_fedqs_weights(n, feedback, G, staleness, clients, counts, K, N, round_
                         use_feedback=True, reset_flags=False):
     """Mod③ weights, client by client. Base p_i = n_i / sum n_j. A flagged client (with
     reset_flags only when its staleness is 0), with phi = K/N and
-    F_i = (counts[c] + 1) / round_now (misread: counts[c] / max(1, sum counts)), gets
+    F_i = (counts[c] + 1) / round_now (misread: counts[c] / max(1, sum counts); authors: the
+    client's share of every aggregated update, this buffer's entries counted in), gets
       paper:   (e/2)^(phi - F_i) * (1 + min(max(G,0),2))^2 / K          (replacing p_i)
       authors: p_i * (e/2)^(phi - F_i) * (1 + min(max(G,0),2)^2)        (multiplying p_i)
       misread: exp(phi - F_i) / max(2 phi - F_i, phi/10) * (1 + min(max(G,0),9)) / (2K)
@@ -146,6 +147,9 @@ def naive_fedqs_weights(n, feedback, G, staleness, clients, counts, K, N, round_
         if g > 2.0:
             g = 2.0
         F = (float(counts[clients[i]]) + 1.0) / round_now
+        if weight == "authors":
+            mine = float(counts[clients[i]]) + sum(1.0 for c in clients if c == clients[i])
+            F = mine / (total_c + len(clients))
         if weight == "paper":
             p.append((_math.e / 2.0) ** (phi - F) * (1.0 + g) * (1.0 + g) / K)
         else:
@@ -171,18 +175,19 @@ def naive_authors_weights(n, flag, G, F, phi):
 
 def naive_layer_angle(delta, ref, layers):
     """The authors' per-layer angle in degrees, in plain floats: per (start, end) layer,
-    skip it if either vector has a zero (or is constant); min-max to [0, 1]; divide by the
-    sum; the angle between the two; the mean over the layers kept (0 when none)."""
+    skip it if either vector has a zero; min-max to [0, 1] (a constant vector: left as
+    it is); divide by the sum; the angle between the two; the mean over the layers kept
+    (0 when none)."""
     angles = []
     for lo, hi in layers:
         x = [float(v) for v in delta[lo:hi]]
         y = [float(v) for v in ref[lo:hi]]
         if any(v == 0.0 for v in x) or any(v == 0.0 for v in y):
             continue
-        if max(x) == min(x) or max(y) == min(y):
-            continue
-        x = [(v - min(x)) / (max(x) - min(x)) for v in x]
-        y = [(v - min(y)) / (max(y) - min(y)) for v in y]
+        if max(x) != min(x):
+            x = [(v - min(x)) / (max(x) - min(x)) for v in x]
+        if max(y) != min(y):
+            y = [(v - min(y)) / (max(y) - min(y)) for v in y]
         sx, sy = sum(x), sum(y)
         x = [v / sx for v in x]
         y = [v / sy for v in y]
@@ -244,6 +249,9 @@ def naive_fedqs_decision(lr_prev, f_i, f_bar, s_i, s_bar, label_acc, a=0.002, m0
         m = 0.0
     elif G == 0:
         m = m0 + 0.4
+    elif variant == "authors" and kind == "SSBC":
+        # their _multi files: 0.1 + max(0, min(20 (0.1 θ̄/θ - 0.1), 0.4)); θ > θ̄ here, so 0.1
+        m = m0 + max(0.0, min(2.0 * (1.0 / G - 1.0), 0.4))
     elif variant == "authors":
         m = m0 + min(2.0 * (1.0 / G - 1.0), 0.4)
         if m < 0:

@@ -126,6 +126,14 @@ def test_regime_benchmark_runs_every_method_in_the_papers_setting(monkeypatch):
     assert {"mstep", "wkafl", "fedavg:weighting=samples", "fedqs-sgd:fedqs-variant=authors"} <= set(args.methods.split(","))
     for ablation in fedqs_regime.ABLATIONS:
         parse_args(semiasync.flags_for(args, ablation, 0))  # each ablation too
+    # under the authors' simulator (issue 43): its own CSV, the flags on every run
+    ticks = semiasync.parse(fedqs_regime.semiasync_argv(fedqs_regime.parse(["--clock", "ticks", "--drop-last"]),
+                                                        "dirichlet:0.1"))
+    assert ticks.csv.endswith("fedqs_regime_ticks_droplast_dirichlet0.1.csv") and "ticks_droplast" in ticks.out_dir
+    flags = semiasync.flags_for(ticks, "fedqs-avg:fedqs-variant=authors", 0)
+    assert flags[-5:] == ["--clip-grad-norm", "20", "--clock", "ticks", "--drop-last"]
+    cfg = parse_args(flags)
+    assert cfg.clock == "ticks" and cfg.drop_last
 
 
 def test_regime_table_compares_an_ablation_with_its_full_method(monkeypatch, tmp_path):

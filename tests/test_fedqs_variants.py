@@ -43,7 +43,8 @@ def test_authors_variant_weights_on_a_recorded_run_equal_their_formula(tmp_path)
     for t, ids, n, tau, flag, G, counts, weights in _buffers(f):
         live = flag & (tau == 0)  # their flags are reset at every aggregation
         flagged_fresh += int(live.sum())
-        F = (counts[ids] + 1) / t
+        after = counts + np.bincount(ids, minlength=N)  # their F: share of all aggregated updates
+        F = after[ids] / after.sum()
         np.testing.assert_allclose(weights, naive_authors_weights(n, live, G, F, K / N), rtol=1e-12, atol=0)
     assert flagged_fresh > 0, "no flagged fresh update in the run: the test would prove nothing"
     assert np.all(f["round/momentum_mean"][:] == 0.0)  # the authors' main variant has no momentum

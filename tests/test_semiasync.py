@@ -70,6 +70,52 @@ def test_same_seed_same_run_on_2_3_and_5_ranks(tmp_path):
     assert a["rounds_to_95pct"] >= 1 and a["comm_bytes"] > 0
 
 
+@pytest.mark.parametrize("rule", ["fedqs-avg", "fedsgd"])
+def test_tick_clock_same_seed_same_run_on_2_and_3_ranks(tmp_path, rule):
+    """--clock ticks: the authors' schedule (ticks.py) run for real; the server reads what
+    the pure clock says, and the models agree bit for bit whatever the ranks."""
+    from fdahpc.semiasync.ticks import TickClock
+
+    flags = ["--mode", "semiasync", "--clock", "ticks", "--strategy", rule, "--clients", "6", "--buffer", "2",
+             "--rounds", "12", "--tau", "4", "--speed-ratio", "5", "--partition", "dirichlet:0.5", "--drop-last"]
+    if rule.startswith("fedqs"):
+        flags += ["--fedqs-variant", "authors"]
+    runs = [train(tmp_path, f"r{n}", *flags, ranks=n) for n in (2, 3)]
+    clock = TickClock(6, 5, 0, 2)
+    reads = []
+    while clock.version < 12:
+        reads.append(clock.step()[1])
+    reads = [r for r in reads if r is not None]
+    first = runs[0]
+    assert first["round/clients"][:].tolist() == [[r.client for r in rr] for rr in reads]
+    assert first["round/update_staleness"][:].tolist() == [[r.staleness for r in rr] for rr in reads]
+    assert first["round/stamp_staleness"][:].tolist() == [[r.stamp_staleness for r in rr] for rr in reads]
+    assert first["round/repeat"][:].tolist() == [[int(r.repeat) for r in rr] for rr in reads]
+    assert first["round/repeat"][:].sum() > 0 and first["round/update_staleness"][:].max() > 0
+    assert first["round/virtual_time"][-1] == clock.tick
+    assert (first.attrs["jobs_never_aggregated"], first.attrs["jobs_overwritten"]) == clock.never_aggregated()
+    assert first.attrs["clock"] == "ticks"
+    from fdahpc.summary import summarize  # the paper's convergence accuracy, as the run recorded it
+
+    assert summarize(first.filename).convergence == pytest.approx(first.attrs["convergence_accuracy"], rel=1e-12)
+    if rule.startswith("fedqs"):
+        assert first["round/types"][:].sum() > 0
+    for other in runs[1:]:
+        assert np.array_equal(other["round/G"][:], first["round/G"][:], equal_nan=True)
+        assert np.array_equal(other["final/model"][:], first["final/model"][:])
+
+
+def test_every_rule_runs_on_the_tick_clock(tmp_path):
+    from fdahpc.semiasync.rules import SEMIASYNC_RULES
+
+    flags = ["--mode", "semiasync", "--clock", "ticks", "--clients", "5", "--buffer", "2", "--rounds", "5",
+             "--tau", "2", "--speed-ratio", "3", "--partition", "dirichlet:0.5"]
+    for rule in SEMIASYNC_RULES:
+        f = train(tmp_path, rule, *flags, "--strategy", rule, ranks=2)
+        assert f.attrs["rounds_done"] == 5 and np.isfinite(f["final/model"][:]).all(), rule
+        assert f["round/repeat"].shape == (5, 2)
+
+
 def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
     """Three clients on three hosts; at round 2 two of them leave, so two hosts have no
     client left and the buffer of 2 can no longer fill: the server aggregates what remains."""
@@ -90,6 +136,12 @@ def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
     (["--strategy", "wkafl", "--aggregate", "hosts"], "--aggregate hosts: wkafl's weights read every update's payload"),
     (["--aggregate", "ranks"], "--aggregate 'ranks': unknown; choose one of server, hosts"),
     (["--model-cache-gb", "0"], "--model-cache-gb 0.0: must be > 0"),
+    (["--clock", "wall"], "--clock 'wall': unknown; choose one of events, ticks"),
+    (["--clock", "ticks", "--scenario", "shift@5:10"], "--scenario: not with --clock ticks"),
+    (["--clock", "ticks", "--clients-per-round", "3"], "--clients-per-round: not with --clock ticks"),
+    (["--clock", "ticks", "--aggregate", "hosts"], "--aggregate hosts: not with --clock ticks"),
+    (["--clock", "ticks", "--checkpoint-dir", "ck"], "--checkpoint-dir: not with --clock ticks"),
+    (["--clock", "ticks", "--resume", "ck/step-00000010"], "--resume: not with --clock ticks"),
 ])
 def test_bad_semiasync_flags_one_line_exit_2(capsys, flags, message):
     from fdahpc.train import main  # the flags are refused before any rank would start

@@ -72,26 +72,35 @@ def test_fedqs_feedback_weight_by_hand():
     # G = 5 is bounded to 2: (1+2)^2 / 2 = 4.5.
     assert_close(build_rule("fedqs-avg").weights(_two(G=5.0), counts, 4), np.array([4.5, 0.75]) / 5.25, rtol=1e-15,
                  atol=0)
-    # authors: 1/4 * (e/2)^0 * (1 + 1^2) = 0.5, then normalised with 3/4.
-    assert_close(build_rule("fedqs-avg", variant="authors").weights(_two(), counts, 4), np.array([0.5, 0.75]) / 1.25,
-                 rtol=1e-15, atol=0)
-    # authors, G = 3 -> min(G, 2) = 2: 1/4 * 5 = 1.25.
+    # authors: F is client 0's share of every aggregated update, this buffer's included:
+    # counts after it [2, 4, 0, 2], F = 2/8; 1/4 * (e/2)^(0.5 - 0.25) * (1 + 1^2), normalised with 3/4.
+    a = (math.e / 2) ** 0.25
+    assert_close(build_rule("fedqs-avg", variant="authors").weights(_two(), counts, 4),
+                 np.array([0.5 * a, 0.75]) / (0.5 * a + 0.75), rtol=1e-14, atol=0)
+    # authors, G = 3 -> min(G, 2) = 2: 1/4 * (e/2)^0.25 * 5.
     assert_close(build_rule("fedqs-sgd", variant="authors").weights(_two(G=3.0), counts, 4),
-                 np.array([1.25, 0.75]) / 2.0, rtol=1e-15, atol=0)
+                 np.array([1.25 * a, 0.75]) / (1.25 * a + 0.75), rtol=1e-14, atol=0)
+    # a client twice in the buffer counts twice: counts after [1 + 2, 3 + 1, 0, 2], F = 3/9;
+    # K = 3 here, so phi = 3/4; only the first entry is flagged
+    twice = _two() + [Update(client=0, version=3, staleness=0, n_samples=10, payload=torch.zeros(1))]
+    b = (math.e / 2) ** (3 / 4 - 3 / 9)
+    w = np.array([10 * b * 2, 30, 10]) / 50
+    assert_close(build_rule("fedqs-avg", variant="authors").weights(twice, counts, 4), w / w.sum(), rtol=1e-14, atol=0)
     # F away from phi: counts[0] = 3 -> F = 1, (e/2)^(-0.5).
     c3 = np.array([3, 3, 0, 0])
     f = (math.e / 2) ** -0.5
     assert_close(build_rule("fedqs-avg").weights(_two(), c3, 4), np.array([2 * f, 0.75]) / (2 * f + 0.75),
                  rtol=1e-14, atol=0)
+    # authors: counts after [4, 4, 0, 0], F = 1/2 = phi: (e/2)^0
     assert_close(build_rule("fedqs-avg", variant="authors").weights(_two(), c3, 4),
-                 np.array([0.5 * f, 0.75]) / (0.5 * f + 0.75), rtol=1e-14, atol=0)
+                 np.array([0.5, 0.75]) / 1.25, rtol=1e-14, atol=0)
     # misread (the old weight): F = 1/6 of all updates, exp(1/3)/(1 - 1/6) * 2/4.
     m = math.exp(0.5 - 1 / 6) / (1 - 1 / 6) * 2 / 4
     assert_close(build_rule("fedqs-avg", feedback_weight="misread").weights(_two(), counts, 4),
                  np.array([m, 0.75]) / (m + 0.75), rtol=1e-14, atol=0)
     # "code", the old name, is the authors' weight.
     assert_close(build_rule("fedqs-avg", feedback_weight="code").weights(_two(), counts, 4),
-                 np.array([0.5, 0.75]) / 1.25, rtol=1e-15, atol=0)
+                 np.array([0.5 * a, 0.75]) / (0.5 * a + 0.75), rtol=1e-14, atol=0)
 
 
 def test_fedqs_authors_flags_reset_after_each_aggregation():
@@ -141,7 +150,8 @@ def test_authors_weights_equal_their_formula_on_a_buffer():
     p = build_rule("fedqs-avg", variant="authors").weights(ups, counts, N)
     # Their flags are reset at every aggregation: only fresh updates still hold one.
     flag = [f and t == 0 for f, t in zip(flags, staleness)]
-    F = [(counts[c] + 1) / (version + 1) for c in clients]
+    after = counts + np.bincount(clients, minlength=N)  # their freq, this buffer counted
+    F = [after[c] / after.sum() for c in clients]
     assert_close(p, np.array(naive_authors_weights(n, flag, G, F, K / N)), rtol=1e-13, atol=0)
 
 
@@ -457,14 +467,62 @@ def test_decide_authors_variant():
     AM = FedQSParams(variant="authors", authors_momentum=True)
     assert _check_decision(0.1, 2.0, 1.0, 32.0, 40.0, None, AM).momentum == pytest.approx(0.5)
     assert _check_decision(0.1, 0.5, 1.0, 40.0, 40.0, None, AM).momentum == pytest.approx(0.1)
+    # An SSBC client passing the label test: their 0.1 + max(0, min(2 (1/G - 1), 0.4)) with
+    # G = 1.25 > 1: the fixed m0 = 0.1 (before: the weakly biased formula, floored to 0).
     d = _check_decision(0.1, 0.5, 1.0, 50.0, 40.0, [0.5, 0.5], AM)
-    assert d.type == SSBC and d.momentum == 0.0
+    assert d.type == SSBC and not d.feedback and d.momentum == pytest.approx(0.1, rel=1e-15)
+    assert _check_decision(0.1, 0.5, 1.0, 400.0, 40.0, None, AM).momentum == pytest.approx(0.1)  # G capped at 9
+    assert _check_decision(0.1, 0.5, 1.0, 50.0, 40.0, [0.5, 0.5], A).momentum == 0.0  # main files: none
     # No angle yet anywhere (theta_bar = 0): G neutral.
     assert _check_decision(0.1, 0.5, 1.0, 0.0, 0.0, None, A).G == 1.0
     with pytest.raises(ValueError, match="--fedqs-authors-momentum"):
         FedQSParams(authors_momentum=True)
     with pytest.raises(ValueError, match="--fedqs-variant"):
         FedQSParams(variant="code")
+
+
+def test_authors_decide_nothing_until_speed_mean_angle_and_mean_speed_are_known():
+    from fdahpc.semiasync.fedqs import authors_ready
+
+    assert authors_ready(0.8, 1.1, 35.0)
+    assert not authors_ready(0.0, 1.1, 35.0)  # never aggregated: no speed yet
+    assert not authors_ready(0.8, 1.1, float("nan")) and not authors_ready(0.8, 1.1, 0.0)  # no θ̄ yet
+    assert not authors_ready(0.8, 0.0, 35.0)
+
+
+def test_authors_G_is_taken_at_aggregation_from_every_latest_angle():
+    from fdahpc.semiasync.fedqs import authors_G
+
+    # Latest angles of 5 clients: client 3 has none yet (NaN), client 4 reported 0 (no layer
+    # kept): θ̄ = (30 + 60 + 90) / 3 = 60, over every client, not only the buffer's.
+    angles = np.array([30.0, 60.0, 90.0, np.nan, 0.0])
+    assert_close(authors_G(angles, [2, 0, 3, 4, 2]), np.array([1.5, 0.5, 1.0, 0.0, 1.5]), rtol=1e-15, atol=0)
+    # one angle refreshed by a job started since (client 1: 60 -> 240): θ̄ = 120, G changes for all
+    angles[1] = 240.0
+    assert_close(authors_G(angles, [2, 0, 1]), np.array([0.75, 0.25, 2.0]), rtol=1e-15, atol=0)
+    # 100 against nineteen 1s: θ̄ = 119/20, 100/θ̄ = 16.8, capped at 9
+    assert_close(authors_G(np.array([100.0] + [1.0] * 19), [0, 1], cap=9.0), np.array([9.0, 20 / 119]), rtol=1e-15,
+                 atol=0)
+    assert authors_G(np.array([np.nan, 0.0]), [0, 1]).tolist() == [1.0, 1.0]  # no θ̄ yet: neutral
+
+
+def test_authors_fedqs_sgd_adds_the_weighted_statistics_deltas():
+    """FedQS-SGD in the authors' variant: statistics move by Σ p_i δs_i like the parameters
+    (their aggregation adds every state_dict entry's weighted change); the paper variant
+    sets them to the weighted mean of the uploaded values."""
+    w = torch.tensor([1.0, 2.0, 10.0, 20.0])  # 2 parameters, then 2 running statistics
+    ups = [Update(client=0, version=0, staleness=0, n_samples=10, payload=torch.tensor([0.5, -1.0, 1.0, -2.0])),
+           Update(client=1, version=0, staleness=0, n_samples=30, payload=torch.tensor([0.1, 0.2, 3.0, 4.0]))]
+    counts = np.zeros(2, dtype=np.int64)
+    for variant, stats in (("authors", [10 + 0.25 * 1 + 0.75 * 3, 20 + 0.25 * -2 + 0.75 * 4]),
+                           ("paper", [0.25 * 1 + 0.75 * 3, 0.25 * -2 + 0.75 * 4])):
+        rule = build_rule("fedqs-sgd", variant=variant, feedback=False)
+        assert rule.stats_updates == (variant == "authors")
+        g = w.clone()
+        rule.aggregate_(g, ups, counts, 2, params=2)
+        want = [1 + 0.25 * 0.5 + 0.75 * 0.1, 2 + 0.25 * -1 + 0.75 * 0.2, *stats]
+        assert_close(g, torch.tensor(want), rtol=1e-6, atol=1e-6)
+    assert not build_rule("fedqs-avg", variant="authors").stats_updates
 
 
 def test_decide_ties_and_gap_boundary():
@@ -593,9 +651,10 @@ def test_layer_angle_by_hand_on_a_tiny_model():
     ref = torch.tensor([4.0, 3.0, 2.0, 1.0, 2.0, 0.0, 1.0, 2.0, 1.0, 2.0])
     # Layer 0: min-max (0, 1/3, 2/3, 1) and (1, 2/3, 1/3, 0), sum normalisation aside,
     #   cos = (0 + 2/9 + 2/9 + 0) / (1 + 1/9 + 4/9) = (4/9)/(14/9) = 2/7.
-    # Layer 1: ref has a zero: skipped. Layer 2: delta constant: skipped.
+    # Layer 1: ref has a zero: skipped. Layer 2: delta constant (5, 5): only divided by its
+    #   sum, (1/2, 1/2), against (0, 1): cos = (1/2) / (sqrt(1/2) * 1) = sqrt(1/2), 45 degrees.
     # Layer 3: (1, 0) and (0, 1): 90 degrees.
-    want = (math.degrees(math.acos(2 / 7)) + 90.0) / 2
+    want = (math.degrees(math.acos(2 / 7)) + 45.0 + 90.0) / 3
     assert layer_angle(delta, ref, layers) == pytest.approx(want, rel=1e-14)
     assert layer_angle(delta, ref, layers) == pytest.approx(naive_layer_angle(delta.tolist(), ref.tolist(), layers),
                                                             rel=1e-14)

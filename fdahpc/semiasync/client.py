@@ -37,7 +37,7 @@ from ..comm import Communicator, Outbox
 from ..control import Diverged
 from ..evaluate import score
 from ..worker import BatchStream, local_steps, make_optimizer
-from .fedqs import (FedQSParams, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
+from .fedqs import (FedQSParams, authors_ready, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
                     similarity)
 from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
 from .rules import add_member
@@ -82,8 +82,9 @@ class Host:
                  uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
                  num_clients: int, fedqs: FedQSParams | None = None, clip_grad_norm: float | None = None,
                  nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None,
-                 host_sums: bool = False, device: torch.device | str = "cpu") -> None:
+                 host_sums: bool = False, device: torch.device | str = "cpu", stats_updates: bool = False) -> None:
         self.comm, self.model, self.flat = comm, model, flat
+        self.stats_updates = stats_updates  # update uploads carry the running statistics' change (rules.py)
         # Where the model trains (--device cuda: this host's GPU); versions, updates and
         # per-client state stay in host memory, batches and versions are copied in per job.
         self.device = torch.device(device)
@@ -205,6 +206,8 @@ class Host:
             s_i = sketch_cosine(delta.numpy().reshape(self.sketcher.rows, self.sketcher.cols), self.ref_sketches[c.start])
         else:
             s_i = similarity(delta, ref, self.fedqs.similarity)
+        if self.fedqs.variant == "authors" and not authors_ready(c.f_i, c.f_bar, c.s_bar):
+            return None, s_i  # the angle is still reported (the server's θ̄ counts it)
         s_bar = s_i if np.isnan(c.s_bar) else c.s_bar
         labels = None
         if classify(c.f_i, c.f_bar, s_i, s_bar, self.fedqs.variant) == SSBC:
@@ -246,7 +249,8 @@ class Host:
         decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(i, c)
         lr = decision.lr if decision else c.lr
         momentum = decision.momentum if decision else 0.0
-        loss = self.train(c, lr, momentum) / c.data.steps
+        # --drop-last: a client with less than one batch takes no step and uploads its start.
+        loss = self.train(c, lr, momentum) / c.data.steps if c.data.steps else 0.0
         if self.nan_from is not None and c.start >= self.nan_from:
             faults.poison(self.model)  # FDAHPC_FAULT=nan@N:RANK
         payload = self.flat.state.to("cpu", copy=True)
@@ -257,9 +261,10 @@ class Host:
                 delta = torch.from_numpy(self.sketcher.sketch(delta).astype(np.float32).ravel())
             self.deltas.put(i, delta)
         if self.uploads == "update":  # Δ for the parameters; running statistics travel as values (rules.py)
-            payload[: self.flat.dim].sub_(w_start[: self.flat.dim])
+            end = None if self.stats_updates else self.flat.dim  # ... or as changes (authors' FedQS-SGD)
+            payload[:end].sub_(w_start[:end])
         header = pack_up(UpKind.UPDATE, client=i, version=c.start, done_at=c.done_at, n_samples=c.data.n_samples,
-                         similarity=0.0 if np.isnan(s_i) else s_i, feedback=float(bool(decision and decision.feedback)),
+                         similarity=s_i, feedback=float(bool(decision and decision.feedback)),
                          g=decision.G if decision else 1.0, type=decision.type if decision else -1, loss=loss,
                          lr=lr, momentum=momentum, steps=c.data.steps, absmax=float(payload.abs().max()))
         self.outbox.post(header, 0, Tag.UP_HEADER, "control")

@@ -34,7 +34,10 @@ Two variants (``FedQSParams.variant``, ``--fedqs-variant``), each end to end:
   model; we reproduce that quirk on purpose); θ̄ is the mean of the non-zero θ_i; strongly
   biased when ``θ_i > θ̄``; ``G = θ_i/θ̄`` (capped at 9); momentum 0 (their main files), or
   with ``authors_momentum`` their other files' ``m = m0 + min(2 (1/G - 1), 0.4)``, floored
-  at 0 (a negative rate is not a momentum).
+  at 0 (a negative rate is not a momentum), and for an SSBC client that passes the label
+  test ``m0 + max(0, min(2 (1/G - 1), 0.4))``, which is m0 since G > 1 there. No decision
+  until the client's speed, θ̄ and f̄ are known (:func:`authors_ready`); θ̄ for decisions is
+  the server's after the last aggregation, the G in the weight is taken at aggregation.
 
 Both variants: ``F = min(f̄/f_i, 9)``; lr ``η ± a F`` clipped to ``[lr_min, lr_max]``
 for every type; the SSBC label test on up to 20 of the client's own *training* samples
@@ -56,7 +59,7 @@ import torch
 
 __all__ = ["CLIENT_TYPES", "FSBC", "FWBC", "SWBC", "SSBC", "NONE", "SIMILARITIES", "VARIANTS", "similarity",
            "layer_bounds", "layer_angle", "FedQSParams", "classify", "Decision", "decide", "label_accuracies",
-           "label_probe", "ratio_G", "speeds", "heavy_ball_step_"]
+           "label_probe", "ratio_G", "speeds", "heavy_ball_step_", "authors_ready", "authors_G"]
 
 CLIENT_TYPES = ("FSBC", "FWBC", "SWBC", "SSBC")
 FSBC, FWBC, SWBC, SSBC = range(4)
@@ -127,9 +130,9 @@ def layer_angle(delta: torch.Tensor, ref: torch.Tensor, layers: list[tuple[int, 
     client's update and ``ref`` (their ``w^(t-1)``), each first min-max normalised to
     [0, 1] and divided by its sum.
 
-    A layer where either vector has a zero entry is skipped (as theirs); so is a layer
-    where either vector is constant (min = max: min-max normalisation would divide by
-    zero; our choice). No layer left: 0, which the server leaves out of θ̄.
+    A layer where either vector has a zero entry is skipped (as theirs); a constant vector
+    (min = max, where min-max would divide by zero) is only divided by its sum, as theirs.
+    No layer left: 0, which the server leaves out of θ̄.
     The sum normalisation does not change an angle; it is kept to transcribe theirs.
     """
     angles = []
@@ -142,9 +145,10 @@ def layer_angle(delta: torch.Tensor, ref: torch.Tensor, layers: list[tuple[int, 
             xs, ys = [], []
             for v, keep in ((x, xs), (y, ys)):
                 span = float(v.max() - v.min())
-                if span == 0.0 or not math.isfinite(span):
+                if not math.isfinite(span):
                     break
-                v = (v - v.min()) / span
+                if span != 0.0:
+                    v = (v - v.min()) / span
                 keep.append(v / v.sum())
             if not xs or not ys:
                 continue
@@ -306,7 +310,34 @@ def decide(params: FedQSParams, lr_prev: float, f_i: float, f_bar: float, s_i: f
         lr, feedback = lr_prev + params.a * F, _skewed(label_accuracy, params.label_gap)
     lr = min(max(lr, params.lr_min), params.lr_max)
     m = 0.0 if feedback else _momentum(params, G)
+    if kind == SSBC and not feedback and params.variant == "authors" and params.authors_momentum and params.momentum \
+            and G > 0:
+        # their _multi files' straggler: m0 + max(0, min(2 (1/G - 1), 0.4)), and G > 1 for
+        # an SSBC client (θ_i > θ̄), so the fixed m0 (0.1)
+        m = params.m0 + max(0.0, min(AUTHORS_K * (1.0 / G - 1.0), 0.4))
     return Decision(type=kind, lr=lr, momentum=m, feedback=feedback, F=F, G=G)
+
+
+def authors_G(angles: np.ndarray, clients, cap: float = 9.0) -> np.ndarray:
+    """The authors' G of each listed client, taken at aggregation: its latest angle over
+    θ̄, the mean of every client's latest non-zero angle at that moment (``angles``: one
+    per client, NaN where none is known), in ``[0, cap]``; 1 (neutral) while θ̄ is unknown
+    or the client has no angle."""
+    theta = np.asarray(angles, dtype=np.float64)
+    known = theta[np.isfinite(theta) & (theta != 0)]
+    mean = float(known.mean()) if len(known) else 0.0
+    out = np.ones(len(clients))
+    for k, c in enumerate(clients):
+        if mean > 0 and math.isfinite(theta[c]):
+            out[k] = min(max(float(theta[c]) / mean, 0.0), cap)
+    return out
+
+
+def authors_ready(f_i: float, f_bar: float, s_bar: float) -> bool:
+    """The authors decide nothing (lr kept, no momentum, no flag) until the client's speed,
+    the mean angle and the mean speed are all known: ``f_i > 0`` (aggregated at least
+    once), ``θ̄ > 0`` and ``f̄ > 0``."""
+    return f_i > 0 and f_bar > 0 and math.isfinite(s_bar) and s_bar > 0
 
 
 def _skewed(label_accuracy, gap: float) -> bool:

@@ -64,7 +64,7 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
     """Per-client shares of this host's rows (in ``mine`` order), views of them; for FedQS
     also the label test's rows, up to 20 per label of the client's own training samples
     picked in a seeded order (nothing held out from training)."""
-    from ..worker import BatchStream
+    from ..worker import BatchStream, steps_per_job
     from .client import ClientData
     from .clock import VALIDATION, stream_rng
     from .fedqs import label_probe
@@ -74,9 +74,9 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
         n = len(parts[c])
         xt, yt = x[offset : offset + n], y[offset : offset + n]  # views
         offset += n
-        steps = cfg.tau if cfg.tau is not None else max(1, math.ceil(cfg.local_epochs * n / cfg.batch_size))
+        steps = steps_per_job(n, cfg.batch_size, cfg.local_epochs, cfg.tau, cfg.drop_last)
         probe = label_probe(yt, stream_rng(cfg.seed, VALIDATION + c).permutation(n)) if fedqs else None
-        out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c), steps, probe)
+        out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c, drop_last=cfg.drop_last), steps, probe)
     return out
 
 
@@ -84,7 +84,7 @@ class SemiAsyncMode(Mode):
     name = "semiasync"
     unit = "round"
     noun = "a semi-asynchronous rule"
-    options = ("clients", "buffer", "rounds", "scenario", "aggregate", "model_cache_gb", "spill_dir")
+    options = ("clients", "buffer", "rounds", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir")
 
     def strategies(self) -> tuple[str, ...]:
         from .rules import SEMIASYNC_RULES
@@ -96,7 +96,7 @@ class SemiAsyncMode(Mode):
         buffer = min(DEFAULT_BUFFER, clients) if isinstance(clients, int) and clients >= 1 else DEFAULT_BUFFER
         if cfg.clients_per_round is not None:  # cross-device FedAvg: a round waits for its sample
             buffer = cfg.clients_per_round
-        return {"strategy": "fedqs-avg", "clients": clients, "buffer": buffer, "rounds": DEFAULT_ROUNDS,
+        return {"strategy": "fedqs-avg", "clients": clients, "buffer": buffer, "rounds": DEFAULT_ROUNDS, "clock": "events",
                 "aggregate": "server", "model_cache_gb": DEFAULT_MODEL_CACHE_GB}
 
     def check(self, cfg) -> None:
@@ -139,6 +139,17 @@ class SemiAsyncMode(Mode):
         require(cfg.rounds >= 1, f"--rounds {cfg.rounds}: must be >= 1, e.g. --rounds 400")
         require(cfg.speed_ratio >= 1, f"--speed-ratio {cfg.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
         parse_scenarios(cfg.scenario)
+        from .ticks import CLOCKS
+
+        one_of("--clock", cfg.clock, CLOCKS)
+        if cfg.clock == "ticks":  # what the authors' simulator cannot express (ticks.py)
+            for flag, given, why in (
+                    ("--scenario", cfg.scenario, "it has no churn or speed changes"),
+                    ("--clients-per-round", cfg.clients_per_round, "every client is always training"),
+                    ("--aggregate hosts", cfg.aggregate == "hosts", "a carried entry reads a result the server keeps"),
+                    ("--checkpoint-dir", cfg.checkpoint_dir, "its state is not saved yet"),
+                    ("--resume", cfg.resume, "its state is not saved yet")):
+                require(not given, f"{flag}: not with --clock ticks ({why}); drop it or use --clock events")
         if cfg.strategy.startswith("fedqs"):
             require(cfg.model != "gpt", f"--strategy {cfg.strategy}: FedQS's label test needs one label per sample, the "
                     "gpt predicts every position; use --model lstm")
@@ -200,8 +211,13 @@ class SemiAsyncMode(Mode):
         if comm.is_root:
             from .server import Server
 
-            clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
-                                 per_round=cfg.clients_per_round)
+            if cfg.clock == "ticks":
+                from .ticks import TickClock
+
+                clock = TickClock(cfg.clients, cfg.speed_ratio, cfg.seed, cfg.buffer)
+            else:
+                clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
+                                     per_round=cfg.clients_per_round)
             role = Server(comm, model, flat, rule, clock, hosts, as_tensor(data.x_test), as_tensor(data.y_test),
                           cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
                           target_accuracy=cfg.target_accuracy, target_loss=cfg.target_loss, log_every=cfg.log_every,
@@ -215,7 +231,7 @@ class SemiAsyncMode(Mode):
                         num_classes=data.num_classes, num_clients=cfg.clients, fedqs=fedqs,
                         clip_grad_norm=cfg.clip_grad_norm, nan_from=faults.nan_at(comm.rank),
                         model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts",
-                        device=device)
+                        device=device, stats_updates=rule.stats_updates)
         return SemiAsyncJob(cfg, comm, model, flat, role)
 
 
@@ -236,7 +252,8 @@ class SemiAsyncJob(Job):
     @property
     def attrs(self) -> dict:
         c = self.cfg
-        return dict(clients=c.clients, buffer=c.buffer, rounds=c.rounds, speed_ratio=c.speed_ratio, scenario=c.scenario or "")
+        return dict(clients=c.clients, buffer=c.buffer, rounds=c.rounds, speed_ratio=c.speed_ratio, scenario=c.scenario or "",
+                    clock=c.clock)
 
     @property
     def position(self) -> int:

@@ -81,7 +81,7 @@ class Up(IntEnum):
     VERSION = 2  # global version the job started from
     DONE_AT = 3  # virtual completion time (the server's own record; echoed for checks)
     N_SAMPLES = 4
-    SIMILARITY = 5  # FedQS s_i
+    SIMILARITY = 5  # FedQS s_i (NaN: the client has no update to compare yet)
     FEEDBACK = 6  # 1.0 when the client asks for the feedback weight
     G = 7  # FedQS G_i = s̄ / s_i (capped)
     TYPE = 8  # FedQS client type index, -1 when none

@@ -49,13 +49,21 @@ labels are skewed) gets
 - ``authors``: the base weight *multiplied* by ``(e/2)^(φ - F_i) · (1 + min(G_i, 2)^2)``
   (their φ is the constant 0.1 = K/N of their setting; ours is K/N), and in this variant
   the feedback flags are reset after every aggregation: a flag is set when a job starts,
-  so only an update with staleness 0 still carries it (``reset_flags``).
+  so only an update with staleness 0 still carries it (``reset_flags``). Their F_i is the
+  client's share of *all aggregated updates*, this aggregation's included:
+  ``c_i / Σ_j c_j`` with ``c`` the counts after this buffer is added (a client twice in it
+  counts twice), which averages 1/N, not φ; their G is taken at aggregation (the server
+  sets ``Update.G``, server.py).
 - ``misread`` (an ablation, never a default): the weight this code used before,
   ``exp(φ - F_i) / max(2φ - F_i, φ/10) · (1 + G_i) / (2K)`` with ``F_i = n(i) / Σ_j n(j)``
   (share of updates, this aggregation not counted) and G clamped to ``[0, 9]``, kept so
   its effect can be measured.
 
 then ``p`` is normalized to sum 1.
+
+In the authors' variant FedQS-SGD is their code's: the uploads' statistics are changes too
+and the global statistics move by their weighted sum, ``s_g ← s_g + Σ p_i δs_i``
+(``stats_updates``; the hosts then subtract the start statistics as well).
 
 BatchNorm running statistics are values, not parameters: an update-uploading rule would
 otherwise add a weighted sum of stale differences to the global running variance, which
@@ -153,6 +161,7 @@ class BufferRule:
     name: str = ""
     uploads: str = "model"  # "model" or "update"
     needs_client_state: bool = False  # fedqs-*: hosts keep per-client lr, momentum, last update
+    stats_updates: bool = False  # update uploads carry the statistics' change too (authors' FedQS-SGD)
     weights_from_headers: bool = True  # False: the weights read the payloads (no --aggregate hosts)
 
     def weights(self, updates: list[Update], counts: np.ndarray, num_clients: int,
@@ -168,6 +177,8 @@ class BufferRule:
         p = self.weights(updates, counts, num_clients, params)
         if self.uploads == "model":
             return Combination(p, p, p, 0.0, 0.0)
+        if self.stats_updates:
+            return Combination(p, p, p, 1.0, 1.0)  # w + Σ p_i Δ_i, statistics alike
         return Combination(p, p, _normalised(p), 1.0, 0.0)  # w + Σ p_i Δ_i; statistics: their mean
 
     def aggregate_(self, w_global: torch.Tensor, updates: list[Update], counts: np.ndarray,
@@ -373,6 +384,8 @@ class _FedQS(BufferRule):
             return p
         phi = K / num_clients
         round_now = updates[0].version + updates[0].staleness + 1  # this aggregation's number
+        after = c.copy()  # the authors' F: shares of every aggregated update, this buffer's included
+        np.add.at(after, [u.client for u in updates], 1.0)
         for k, u in enumerate(updates):
             if not u.feedback or (self.reset_flags and u.staleness != 0):
                 continue
@@ -382,6 +395,8 @@ class _FedQS(BufferRule):
                 raise ValueError(f"Update.G {u.G!r}: must be finite; the client bounds G")
             if self.feedback_weight == "misread":
                 F = c[u.client] / max(1.0, c.sum())
+            elif self.feedback_weight == "authors":
+                F = after[u.client] / after.sum()
             else:
                 F = (c[u.client] + 1.0) / round_now
             p[k] = feedback_weight(phi, F, u.G, K, self.feedback_weight, base=p[k])
@@ -410,9 +425,14 @@ class FedQSAvg(_FedQS):
 
 
 class FedQSSGD(_FedQS):
-    """FedQS-SGD: the global model moves by the Mod③-weighted sum of the buffered updates."""
+    """FedQS-SGD: the global model moves by the Mod③-weighted sum of the buffered updates
+    (authors' variant: running statistics too, module docstring)."""
 
     name, uploads = "fedqs-sgd", "update"
+
+    @property
+    def stats_updates(self) -> bool:
+        return self.variant == "authors"
 
 
 BUFFER_RULES: dict[str, type] = {r.name: r for r in (FedAvg, FedSGD, FedBuff, MStep, WKAFL, FedQSAvg, FedQSSGD)}

@@ -26,9 +26,16 @@ checkpoint folder the last round also sends the new model to its clients (the cl
 already scheduled their next jobs), so a run resumed with more ``--rounds`` continues
 exactly like a longer run; that send is counted in the last round's bytes.
 
+With ``--clock ticks`` (:mod:`.ticks`, the FedQS authors' simulator) the clock steps tick
+by tick instead: each client starting a job gets the current model once its previous
+result is in; an aggregation first receives every started job's result, keeps each
+client's latest (the stash is never popped: a carried entry or a repeat reads it again),
+refreshes the angles from them and reads the K entries the clock names.
+
 Run file rows per round (beside :mod:`fdahpc.metrics`' list): ``round/update_staleness``,
 ``round/n_samples``, ``round/feedback`` and ``round/G`` give, per aggregated update in the
-order of ``round/clients`` (padded alike), what the rule's weights were computed from.
+order of ``round/clients`` (padded alike), what the rule's weights were computed from; on
+the tick clock also ``round/stamp_staleness`` and ``round/repeat`` (:class:`.ticks.Read`).
 
 Divergence: an update whose loss or payload holds a NaN or Inf, or a global model that
 does, ends the run on every rank (``DIVERGED`` to the hosts, then
@@ -40,7 +47,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -49,10 +56,11 @@ from ..comm import ANY, Communicator, Outbox
 from ..control import Diverged
 from ..evaluate import score
 from .clock import VirtualClock
-from .fedqs import CLIENT_TYPES, speeds
+from .ticks import TickClock
+from .fedqs import CLIENT_TYPES, authors_G, speeds
 from .exact import to_float
 from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
-from .rules import BufferRule, Update
+from .rules import G_CAP, BufferRule, Update
 from .store import ModelStore, capacity
 
 __all__ = ["Server", "convergence_metrics"]
@@ -87,7 +95,7 @@ class Server:
     model: torch.nn.Module
     flat: object  # FlatParams(model, buffers=True): flat.state is the global model
     rule: BufferRule
-    clock: VirtualClock
+    clock: VirtualClock | TickClock
     host_of: np.ndarray  # client -> rank hosting it
     x_test: torch.Tensor
     y_test: torch.Tensor
@@ -125,6 +133,12 @@ class Server:
         if self.rule.needs_client_state:
             self.last_step = self.flat.w.clone() if self.authors else torch.zeros(self.flat.dim)
         self.fresh = True  # False once a checkpoint was loaded: the first models went out long ago
+        # --clock ticks (ticks.py): the clock says who starts and which results an aggregation
+        # reads; the server keeps every client's latest result (the stash, never popped)
+        # and knows which clients have a job whose result has not arrived yet.
+        self.ticks = isinstance(self.clock, TickClock)
+        self.outstanding = np.zeros(n, dtype=bool)
+        self._received = 0  # bytes of results received (tick clock: counted per round)
         # What the loop accumulates (saved in checkpoints): accuracy per round, bytes of the
         # rounds, the result so far, the virtual time, wall seconds of earlier segments.
         self.accuracy: list[float] = []
@@ -160,6 +174,8 @@ class Server:
 
     def _keep(self, header: np.ndarray, payload: torch.Tensor) -> None:
         sender = int(header[Up.CLIENT])
+        self.outstanding[sender] = False
+        self._received += header.nbytes + (0 if payload is None else payload.numel() * 4)
         if self.clock.active[sender]:  # updates of clients that left are dropped here
             self.stash[sender] = header
             if payload is not None:
@@ -276,14 +292,77 @@ class Server:
                            f"at round {version + 1}")
         if h[Up.TYPE] >= 0:
             types[int(h[Up.TYPE])] += 1
+        # The authors' angle counts from the job that computed it, decision or not (NaN: none yet).
+        if math.isfinite(h[Up.SIMILARITY]) and (self.authors or h[Up.TYPE] >= 0):
             self.similarity[client] = h[Up.SIMILARITY]
         update = Update(client=client, version=int(h[Up.VERSION]), staleness=version - int(h[Up.VERSION]),
                         n_samples=int(h[Up.N_SAMPLES]), payload=msg.payload, similarity=float(h[Up.SIMILARITY]),
                         feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G]), absmax=float(h[Up.ABSMAX]))
         return now, update, h
 
+    def _settle(self, client: int | None = None) -> None:
+        """Tick clock: receive until ``client``'s latest job (None: every started job) has
+        its result in the stash. A host holds one pending job per client, so a client's
+        next job is sent only once its last result is in."""
+        while self.outstanding[client] if client is not None else self.outstanding.any():
+            source, header, payload = self._receive_one()
+            if UpKind(int(header[Up.KIND])) != UpKind.UPDATE:
+                raise RuntimeError(f"rank {source} sent {UpKind(int(header[Up.KIND])).name} while the server still "
+                                   f"waits for a result")
+            self._keep(header, payload)
+
+    def _tick_round(self, types: np.ndarray) -> tuple[int, list[Update], list[np.ndarray], list, int]:
+        """Tick clock: run ticks, sending each started job its model, until one ends in an
+        aggregation; returns (the tick, the buffer as read, its headers, the clock's reads,
+        the bytes sent and received meanwhile)."""
+        sent, self._received = 0, 0
+        while True:
+            starts, reads = self.clock.step()
+            if starts:
+                for c in starts:
+                    self._settle(c)
+                # the tick its entry will be queued at: the order a host computes its jobs in
+                done = {c: self.clock.tick - 1 + int(self.clock.r[c]) for c in starts}
+                sent += self._send_model(starts, done, self.clock.tick)
+                self.outstanding[starts] = True
+            if reads is not None:
+                break
+        # Every started job's result is in: the angles and flags are the ones of each
+        # client's latest job, whatever the hosts' timing (so the run is the seed's alone).
+        self._settle()
+        for c, h in self.stash.items():
+            if math.isfinite(h[Up.SIMILARITY]) and (self.authors or h[Up.TYPE] >= 0):
+                self.similarity[c] = h[Up.SIMILARITY]
+        buffer, headers = [], []
+        for rd in reads:
+            h = self.stash[rd.client]
+            if int(h[Up.VERSION]) != rd.version:
+                raise RuntimeError(f"client {rd.client}: result of version {int(h[Up.VERSION])} where the tick clock "
+                                   f"expects {rd.version}")
+            if not math.isfinite(h[Up.LOSS]) or not math.isfinite(h[Up.ABSMAX]):
+                self._diverged(f"NaN or Inf in client {rd.client}'s update from rank {int(self.host_of[rd.client])} "
+                               f"at round {self.version + 1}")
+            if h[Up.TYPE] >= 0:
+                types[int(h[Up.TYPE])] += 1
+            buffer.append(Update(client=rd.client, version=rd.version, staleness=rd.staleness,
+                                 n_samples=int(h[Up.N_SAMPLES]), payload=self.stash_models[rd.client],
+                                 similarity=float(h[Up.SIMILARITY]), feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G]),
+                                 absmax=float(h[Up.ABSMAX])))
+            headers.append(h)
+        return self.clock.tick, buffer, headers, reads, sent + self._received
+
+    def _authors_G(self, buffer: list[Update]) -> None:
+        """The authors' G, taken at aggregation (in place): the client's latest angle over
+        the mean of every client's latest non-zero angle at this moment, capped at 9 (the
+        weight bounds it by 2); 1 while no angle is known."""
+        G = authors_G(np.where(self.clock.active, self.similarity, np.nan), [u.client for u in buffer], G_CAP)
+        for k, u in enumerate(buffer):
+            buffer[k] = replace(u, G=float(G[k]))
+
     def _aggregate(self, buffer: list[Update]) -> np.ndarray:
         """A new global version from the buffer; returns the rule's weights."""
+        if self.authors:
+            self._authors_G(buffer)
         before = self.flat.w.clone() if self.last_step is not None else None
         with torch.no_grad():
             if self.host_sums:
@@ -357,7 +436,7 @@ class Server:
     def _run(self, run_file, stop, save, checkpoint_every) -> dict:
         self.run_file = run_file
         self._started = time.perf_counter()
-        if self.fresh:
+        if self.fresh and not self.ticks:  # on the tick clock the first tick starts everyone
             first = self.clock.starters(None, 0)
             self.sent += self._send_model(first, {c: self.clock.start(c, 0) for c in first}, 0)
         buffer: list[Update] = []
@@ -365,11 +444,14 @@ class Server:
         headers: list[np.ndarray] = []
         result, stopped_by, folder = self.result, None, None
         while self.version < self.rounds:
-            now, update, header = self._next_update(self.version, types)
-            buffer.append(update)
-            headers.append(header)
-            if len(buffer) < self.buffer_size and self.clock.in_flight > 0:
-                continue
+            if self.ticks:
+                now, buffer, headers, reads, tick_bytes = self._tick_round(types)
+            else:
+                now, update, header = self._next_update(self.version, types)
+                buffer.append(update)
+                headers.append(header)
+                if len(buffer) < self.buffer_size and self.clock.in_flight > 0:
+                    continue
             weights = self._aggregate(buffer)
             if not bool(torch.isfinite(self.flat.state).all()):
                 self._diverged(f"NaN or Inf in the global model at round {self.version}")
@@ -377,13 +459,16 @@ class Server:
             last = self.version == self.rounds
             self._dropout()
             ids = [u.client for u in buffer]
-            again = self.clock.starters(ids, self.version)
-            next_done = {c: self.clock.start(c, now) for c in again}
-            # K headers, and the K payloads or (--aggregate hosts) the one reduced int64 vector.
-            received = sum(h.nbytes for h in headers) + (8 * self.flat.state.numel() if self.host_sums
-                                                         else sum(u.payload.numel() * 4 for u in buffer))
-            # The last round sends too when the run can be continued from its checkpoint.
-            round_bytes = received + (self._send_model(again, next_done, now) if not last or save is not None else 0)
+            if self.ticks:  # the round's sends and every result received (ticks start the next jobs)
+                round_bytes = tick_bytes
+            else:
+                again = self.clock.starters(ids, self.version)
+                next_done = {c: self.clock.start(c, now) for c in again}
+                # K headers, and the K payloads or (--aggregate hosts) the one reduced int64 vector.
+                received = sum(h.nbytes for h in headers) + (8 * self.flat.state.numel() if self.host_sums
+                                                             else sum(u.payload.numel() * 4 for u in buffer))
+                # The last round sends too when the run can be continued from its checkpoint.
+                round_bytes = received + (self._send_model(again, next_done, now) if not last or save is not None else 0)
             self.sent += round_bytes
             # Scored after the new version went out: the hosts train while the server evaluates.
             acc, loss = float("nan"), float("nan")
@@ -408,6 +493,9 @@ class Server:
                                 ("round/momentum_mean", float(np.mean([h[Up.MOMENTUM] for h in headers]))),
                                 ("round/bytes", round_bytes)):
                 run_file.append(name, value)
+            if self.ticks:  # per update: the start stamp's staleness, and whether the job was aggregated before
+                run_file.append("round/stamp_staleness", self._padded([r.stamp_staleness for r in reads], -1, np.int64))
+                run_file.append("round/repeat", self._padded([int(r.repeat) for r in reads], -1, np.int64))
             if self.version % self.log_every == 0 or last:
                 run_file.flush()
                 log.info("round %d  virtual time %d  accuracy %.4f  staleness mean %.1f max %d",
@@ -432,4 +520,7 @@ class Server:
                       jobs_per_rank=self.host_totals[:, 0], local_steps_per_rank=self.host_totals[:, 1],
                       peak_rss_per_rank=self.host_totals[:, 2], peak_rss_total=int(self.host_totals[:, 2].sum()),
                       models_held_peak_per_rank=self.host_totals[:, 3])
+        if self.ticks:
+            never, overwritten = self.clock.never_aggregated()
+            result.update(jobs_never_aggregated=never, jobs_overwritten=overwritten)
         return dict(result, stopped_by=stopped_by, checkpoint=folder)
