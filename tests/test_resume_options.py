@@ -21,7 +21,9 @@ from fdahpc.run import MODES
 CHANGED = dict(
     mode=None,  # the other mode, per case
     strategy="fedavg", sync="linear", model="mlr", dataset="synthetic", data_dir="/data", partition="dirichlet:0.5",
+    context=32, gpt_layers=2, gpt_heads=2, gpt_width=32,
     batch_size=16, optimizer="sgd", lr=0.05, weight_decay=1e-4, epochs=2.0, max_steps=100, target_accuracy=0.9,
+    target_loss=1.5, eval_samples=100,
     eval_every=7, seed=1, drop_last=True, clip_grad_norm=5.0, theta=4.0, theta_auto_epochs=2.0, fda_lag=1, tau=5,
     local_epochs=2.0, warmup_steps=3, fda_every=2, theta_round_epochs=2.0, theta_fabric="1,10,5",
     sketch_rows=3, sketch_cols=100, sketch_eps=0.05, log_variance=True, fda_log_every=2, server_lr=0.5,
@@ -38,10 +40,15 @@ def test_every_option_is_tried():
     assert set(CHANGED) == {f.name for f in fields(TrainConfig)}
 
 
+#: The character models' shape options, read only by a run of one (tried on such a run).
+TEXT_MODEL_OPTIONS = {"context", "gpt_layers", "gpt_heads", "gpt_width"}
+TEXT_RUN = dict(model="gpt", dataset="shakespeare")
+
+
 def _resume_check(mode: str, name: str):
     """(refused?, message, changed options) when a checkpoint of the mode's default run is
     resumed with ``name`` changed; None when the mode refuses the changed option outright."""
-    base = dict(mode=mode, checkpoint_dir="ck")
+    base = dict(mode=mode, checkpoint_dir="ck", **(TEXT_RUN if name in TEXT_MODEL_OPTIONS else {}))
     value = next(m for m in MODES if m != mode) if name == "mode" else CHANGED[name]
     try:
         new = TrainConfig(**{**base, name: value})
