@@ -53,6 +53,7 @@ def _interrupt(signum, frame) -> None:
 
 
 def _burn() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends a burner quietly
     while True:
         pass
 
