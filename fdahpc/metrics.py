@@ -39,7 +39,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-__all__ = ["RunFile", "NullRunFile", "open_run_file", "check_writable", "read_run_file"]
+__all__ = ["RunFile", "NullRunFile", "open_run_file", "check_writable", "read_run_file", "convergence_metrics"]
 
 
 def check_writable(path: str) -> None:
@@ -190,3 +190,18 @@ def read_run_file(path: str, names) -> tuple[dict[str, Any], dict[str, np.ndarra
         raise ValueError(f"run file {path}: damaged or truncated ({type(exc).__name__}: {exc}); "
                          "use the last complete copy or re-run") from None
     return attrs, series
+
+
+def convergence_metrics(accuracy: np.ndarray, window: int = 20, drop: float = 0.15) -> dict[str, float]:
+    """The FedQS paper's three measures over the evaluated rounds (NaN rows skipped):
+    convergence accuracy (mean of the last ``window``), the first round (1-based) that
+    reaches 95 % of it, and oscillations (rounds more than ``drop`` below the running best)."""
+    rounds = np.flatnonzero(~np.isnan(accuracy))
+    acc = accuracy[rounds]
+    if len(acc) == 0:
+        return dict(convergence_accuracy=float("nan"), rounds_to_95pct=-1, oscillations=0)
+    conv = float(acc[-window:].mean())
+    reached = np.flatnonzero(acc >= 0.95 * conv)
+    best = np.maximum.accumulate(acc)
+    return dict(convergence_accuracy=conv, rounds_to_95pct=int(rounds[reached[0]] + 1) if len(reached) else -1,
+                oscillations=int(np.sum(acc < best - drop)))

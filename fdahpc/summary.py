@@ -23,9 +23,6 @@ import numpy as np
 
 __all__ = ["Summary", "summarize", "provenance_of", "main"]
 
-#: The FedQS paper's convergence accuracy: the mean of the last 20 evaluations (as
-#: fdahpc.semiasync.server.convergence_metrics, which the run file's attribute holds).
-CONVERGENCE_WINDOW = 20
 
 _SERIES = ("eval/step", "eval/accuracy", "eval/comm_bytes", "sync/step",
            "round/version", "round/accuracy", "round/bytes")
@@ -41,7 +38,7 @@ class Summary(NamedTuple):
     gigabytes: float
     accuracy: float
     target: str  # "0.88@1900", "0.88 no" or "-"
-    convergence: float = float("nan")  # semiasync: mean of the last CONVERGENCE_WINDOW evaluations
+    convergence: float = float("nan")  # semiasync: the FedQS paper's convergence accuracy
 
 
 def _text(value) -> str:
@@ -57,7 +54,7 @@ def _reached(target: float, x: np.ndarray, acc: np.ndarray) -> str:
 
 def summarize(path: str) -> Summary:
     """The summary line of one run file; ``ValueError`` (one line) for a bad file."""
-    from .metrics import read_run_file
+    from .metrics import convergence_metrics, read_run_file
 
     attrs, s = read_run_file(path, _SERIES)
     status = _text(attrs.get("status", "finished"))  # files written before the status existed
@@ -70,7 +67,7 @@ def summarize(path: str) -> Summary:
                        int(rounds[-1]) if len(rounds) else 0, len(rounds), float(s["round/bytes"].sum()) / 1e9,
                        float(acc[scored][-1]) if scored.any() else float("nan"),
                        _reached(target, rounds[scored], acc[scored]),
-                       float(acc[scored][-CONVERGENCE_WINDOW:].mean()) if scored.any() else float("nan"))
+                       convergence_metrics(acc)["convergence_accuracy"])
     steps, acc = s["eval/step"], s["eval/accuracy"]
     return Summary(path, status, strategy, str(attrs.get("world_size", "?")),
                    int(steps[-1]) if len(steps) else 0, len(s["sync/step"]),

@@ -55,6 +55,7 @@ import torch
 from ..comm import ANY, Communicator, Outbox
 from ..control import Diverged
 from ..evaluate import score
+from ..metrics import convergence_metrics
 from .clock import VirtualClock
 from .ticks import TickClock
 from .fedqs import CLIENT_TYPES, authors_G, speeds
@@ -66,21 +67,6 @@ from .store import ModelStore, capacity
 __all__ = ["Server", "convergence_metrics"]
 
 log = logging.getLogger("fdahpc")
-
-
-def convergence_metrics(accuracy: np.ndarray, window: int = 20, drop: float = 0.15) -> dict[str, float]:
-    """The FedQS paper's three measures over the evaluated rounds (NaN rows skipped):
-    convergence accuracy (mean of the last ``window``), the first round (1-based) that
-    reaches 95 % of it, and oscillations (rounds more than ``drop`` below the running best)."""
-    rounds = np.flatnonzero(~np.isnan(accuracy))
-    acc = accuracy[rounds]
-    if len(acc) == 0:
-        return dict(convergence_accuracy=float("nan"), rounds_to_95pct=-1, oscillations=0)
-    conv = float(acc[-window:].mean())
-    reached = np.flatnonzero(acc >= 0.95 * conv)
-    best = np.maximum.accumulate(acc)
-    return dict(convergence_accuracy=conv, rounds_to_95pct=int(rounds[reached[0]] + 1) if len(reached) else -1,
-                oscillations=int(np.sum(acc < best - drop)))
 
 
 @dataclass
