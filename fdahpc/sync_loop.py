@@ -12,6 +12,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from .options import THETA_AUTO
 from .run import Job, Mode, Outcome, load_data, new_model
 
 __all__ = ["MODE", "SyncMode", "SyncJob", "reached"]
@@ -40,7 +41,7 @@ class SyncMode(Mode):
         if cfg.weighting != "uniform" and cfg.strategy == "fedadp":
             raise ValueError("--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
         if not trigger_of(cfg.strategy, cfg.sync).threshold:
-            for flag, used in ((f"--theta {cfg.theta}", cfg.theta in ("auto", "auto-once")), (f"--fda-lag {cfg.fda_lag}", cfg.fda_lag != 0),
+            for flag, used in ((f"--theta {cfg.theta}", cfg.theta in THETA_AUTO), (f"--fda-lag {cfg.fda_lag}", cfg.fda_lag != 0),
                                (f"--fda-every {cfg.fda_every}", cfg.fda_every != 1)):
                 if used:
                     raise ValueError(f"{flag}: {cfg.strategy} has no FDA trigger; use linearfda or sketchfda "

@@ -136,8 +136,7 @@ class _FDATrigger(Trigger):
             self._pending = None
             if self._decide(step, self._pending_variance):
                 if self.horizon is not None:  # the state is a step old: this step's mean ||u_k||^2, 4 bytes
-                    u = torch.sub(w, anchor, out=self._u)
-                    self._sync_mean_sq = float(self.comm.allreduce_mean_(torch.dot(u, u).reshape(1), "monitor")[0])
+                    self._sync_mean_sq = float(self._reduce_mean_sq(w, anchor)[0])
                 return True  # the drift restarts from zero: no state of this step to send
         if not checked:
             return False
@@ -161,9 +160,13 @@ class _FDATrigger(Trigger):
     def _end_of_calibration(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
         if step < self.auto_steps:
             return False
-        u = torch.sub(w, anchor, out=self._u)
-        self._mean_sq = self.comm.allreduce_mean_(torch.dot(u, u).reshape(1), "monitor")
+        self._mean_sq = self._reduce_mean_sq(w, anchor)
         return True
+
+    def _reduce_mean_sq(self, w: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        """mean_k ||w_k - anchor||^2 now: one 4-byte AllReduce, counted as monitoring."""
+        u = torch.sub(w, anchor, out=self._u)
+        return self.comm.allreduce_mean_(torch.dot(u, u).reshape(1), "monitor")
 
     def on_sync(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
         if self._pending is not None:  # a synchronization the trigger did not call: drop the stale state
@@ -183,8 +186,7 @@ class _FDATrigger(Trigger):
         if self._pending is not None:  # a state in flight is stale once the round ends
             self._pending.wait()
             self._pending = None
-        u = torch.sub(w, anchor, out=self._u)
-        self._sync_mean_sq = float(self.comm.allreduce_mean_(torch.dot(u, u).reshape(1), "monitor")[0])
+        self._sync_mean_sq = float(self._reduce_mean_sq(w, anchor)[0])
         return True
 
     def _recalibrate(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
