@@ -16,11 +16,9 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .options import (FDAOptions, FedAdamOptions, FedAdpOptions, FedAvgMOptions, MeanOptions, PeriodicOptions,
-                      SamplingOptions, SketchFDAOptions, SketchShape, TextModelOptions, WarmupOptions, betas_value,
-                      theta_value)
+from .options import TextModelOptions, betas_value, theta_value
 
-__all__ = ["TrainConfig", "parse_args", "RESUMABLE"]
+__all__ = ["TrainConfig", "parse_args", "RESUMABLE", "COMMON", "OPTION_FIELDS", "DEFAULTS_FROM"]
 
 def _f(default, help: str, *, resumable: bool = False, **extra):
     """A field with its ``--help`` line. ``resumable``: the option may change on ``--resume``
@@ -50,7 +48,7 @@ class TrainConfig:
     optimizer: str | None = _f(None, "local optimizer: adam, adamw, sgd, momentum (SGD, heavy ball 0.9) or nesterov (default: the strategy's, adam for FDA; semiasync: sgd)")
     lr: float | None = _f(None, "local learning rate (default: the strategy's, 1e-3 for FDA; semiasync: 0.1)")
     weight_decay: float = _f(0.0, "local weight decay")
-    epochs: float = _f(5.0, "sync: training length in epochs of the mean partition (fractions allowed; semiasync: --rounds)", resumable=True)
+    epochs: float | None = _f(None, "sync: training length in epochs of the mean partition (fractions allowed; semiasync: --rounds)", resumable=True)
     max_steps: int | None = _f(None, "sync: stop after this many local steps (overrides --epochs when smaller)", resumable=True)
     target_accuracy: float | None = _f(None, "stop as soon as the global (averaged) model reaches this test accuracy", resumable=True)
     target_loss: float | None = _f(None, "stop as soon as the global (averaged) model's test loss (mean cross-entropy) is <= this", resumable=True)
@@ -64,45 +62,45 @@ class TrainConfig:
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
     # FDA and schedules.
-    theta: float | str = _f(FDAOptions.theta, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it); auto: "
+    theta: float | str | None = _f(None, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it); auto: "
                             "Θ_0 = 4e-5·d, re-calibrated after every sync to H/H_r·Var_r (the round's exact variance scaled to a "
                             "round of H steps); auto-once: Θ = the exact variance of a first round --theta-auto-epochs long",
                             parse="theta")
-    theta_auto_epochs: float | None = _f(FDAOptions.theta_auto_epochs, "--theta auto-once: length of the first (calibration) round, in epochs (default 1)")
-    theta_round_epochs: float | None = _f(FDAOptions.theta_round_epochs, "--theta auto: the round length H Θ aims at, in epochs "
+    theta_auto_epochs: float | None = _f(None, "--theta auto-once: length of the first (calibration) round, in epochs (default 1)")
+    theta_round_epochs: float | None = _f(None, "--theta auto: the round length H Θ aims at, in epochs "
                                           "(FDA-Opt's E_max/2; default 1, or from --theta-fabric)")
-    theta_fabric: str | None = _f(FDAOptions.theta_fabric, "--theta auto: GBPS,LATENCY_US,STEP_MS (bandwidth per rank, "
+    theta_fabric: str | None = _f(None, "--theta auto: GBPS,LATENCY_US,STEP_MS (bandwidth per rank, "
                                   "per-message latency, one step's compute): H = the shortest round whose model AllReduce "
                                   "costs <= 10 %% of its compute, e.g. 10,25,20")
-    fda_lag: int = _f(FDAOptions.fda_lag, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
-    fda_every: int = _f(FDAOptions.fda_every, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of "
+    fda_lag: int | None = _f(None, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
+    fda_every: int | None = _f(None, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of "
                         "the monitoring traffic; the estimate stays a bound at the checked steps)")
-    tau: int | None = _f(PeriodicOptions.tau, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
-    local_epochs: float = _f(PeriodicOptions.local_epochs, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
-    warmup_steps: int = _f(WarmupOptions.warmup_steps, "sync, every strategy: the first N steps all average the models "
+    tau: int | None = _f(None, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
+    local_epochs: float | None = _f(None, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
+    warmup_steps: int | None = _f(None, "sync, every strategy: the first N steps all average the models "
                            "(post-local SGD's warm-up); then the trigger decides, its rounds counted from step N")
-    sketch_rows: int | None = _f(SketchShape.sketch_rows, "sync: AMS sketch rows l (SketchFDA, sketched FedAdp angles)")
-    sketch_cols: int | None = _f(SketchShape.sketch_cols, "sync: AMS sketch columns m (SketchFDA, sketched FedAdp angles)")
-    sketch_eps: float | None = _f(SketchFDAOptions.sketch_eps, "sync, SketchFDA: ε of the estimate (default 1/sqrt(sketch_cols))")
-    log_variance: bool = _f(FDAOptions.log_variance, "sync, FDA triggers: also compute the exact model variance every step (costs a full AllReduce)", resumable=True)
-    fda_log_every: int = _f(FDAOptions.fda_log_every, "sync, FDA triggers: store the estimate H every N steps", resumable=True)
+    sketch_rows: int | None = _f(None, "sync: AMS sketch rows l (SketchFDA, sketched FedAdp angles)")
+    sketch_cols: int | None = _f(None, "sync: AMS sketch columns m (SketchFDA, sketched FedAdp angles)")
+    sketch_eps: float | None = _f(None, "sync, SketchFDA: ε of the estimate (default 1/sqrt(sketch_cols))")
+    log_variance: bool = _f(False, "sync, FDA triggers: also compute the exact model variance every step (costs a full AllReduce)", resumable=True)
+    fda_log_every: int | None = _f(None, "sync, FDA triggers: store the estimate H every N steps", resumable=True)
     # Server optimizers, client sampling, FedAdp.
-    server_lr: float | None = _f(FedAdamOptions.server_lr, "server learning rate η_s of fedavgm, fedadam, diloco (its outer lr; sync) and fedbuff, mstep, wkafl (semiasync); by default each rule's own")
-    server_momentum: float = _f(FedAvgMOptions.server_momentum, "sync, fedavgm and diloco (its outer Nesterov momentum): server momentum β")
-    server_betas: tuple[float, float] = _f(FedAdamOptions.server_betas, "sync, fedadam: server β1,β2 (on the command line 0.9,0.999)")
-    server_tau: float = _f(FedAdamOptions.server_tau, "sync, fedadam: adaptivity floor τ (not the round length --tau)")
-    server_bias_correction: bool = _f(FedAdamOptions.server_bias_correction, "sync, fedadam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
-    weighting: str = _f(MeanOptions.weighting, "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg); "
+    server_lr: float | None = _f(None, "server learning rate η_s of fedavgm, fedadam, diloco (its outer lr; sync) and fedbuff, mstep, wkafl (semiasync); by default each rule's own")
+    server_momentum: float | None = _f(None, "sync, fedavgm and diloco (its outer Nesterov momentum): server momentum β")
+    server_betas: tuple[float, float] | None = _f(None, "sync, fedadam: server β1,β2 (on the command line 0.9,0.999)")
+    server_tau: float | None = _f(None, "sync, fedadam: adaptivity floor τ (not the round length --tau)")
+    server_bias_correction: bool = _f(False, "sync, fedadam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
+    weighting: str | None = _f(None, "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg); "
                         "semiasync: fedavg and fedsgd only")
-    clients_per_round: int | None = _f(SamplingOptions.clients_per_round, "sync: sample this many of the workers (ranks) per round; semiasync: sample this many of the --clients per "
+    clients_per_round: int | None = _f(None, "sync: sample this many of the workers (ranks) per round; semiasync: sample this many of the --clients per "
                                     "round and wait for all of them (cross-device FedAvg as McMahan et al. run it); all when omitted")
-    fedadp_alpha: float = _f(FedAdpOptions.fedadp_alpha, "sync, fedadp: Gompertz α")
-    fedadp_angles: str = _f(FedAdpOptions.fedadp_angles, "sync, fedadp: angles exact (2 full AllReduces a round) or sketch (1)")
+    fedadp_alpha: float | None = _f(None, "sync, fedadp: Gompertz α")
+    fedadp_angles: str | None = _f(None, "sync, fedadp: angles exact (2 full AllReduces a round) or sketch (1)")
     # Semi-asynchronous mode (FedQS paper defaults).
     clients: int | None = _f(None, "semiasync: number of virtual clients N, spread over ranks 1..R-1 (default 100)")
     buffer: int | None = _f(None, "semiasync: aggregate when this many updates are buffered (the paper's K; default min(10, --clients); --buffer N = synchronous FL)")
     rounds: int | None = _f(None, "semiasync: number of aggregations (default 400)", resumable=True)
-    speed_ratio: int = _f(50, "semiasync: client i needs r_i ~ U{1..RATIO} virtual time units per local job")
+    speed_ratio: int | None = _f(None, "semiasync: client i needs r_i ~ U{1..RATIO} virtual time units per local job")
     clock: str | None = _f(None, "semiasync: events (default: jobs finish in virtual-time order, K updates per "
                            "aggregation) or ticks (the FedQS authors' simulator: index-order ticks, an aggregation "
                            "reads each queued client's latest result; docs/tick-clock.md)")
@@ -115,15 +113,15 @@ class TrainConfig:
                                       resumable=True)
     spill_dir: str | None = _f(None, "semiasync: local folder for the models beyond --model-cache-gb (default: the "
                                "system's temporary folder, e.g. $TMPDIR)", resumable=True)
-    fedqs_a: float = _f(0.002, "semiasync, FedQS learning-rate change rate a")
-    fedqs_m0: float = _f(0.1, "semiasync, FedQS initial momentum m0")
-    fedqs_k: float = _f(0.2, "semiasync, FedQS momentum change speed k")
-    fedqs_lr_min: float = _f(0.001, "semiasync, FedQS lower bound of a client's learning rate")
-    fedqs_lr_max: float = _f(0.2, "semiasync, FedQS upper bound of a client's learning rate")
-    fedqs_variant: str = _f("paper", "semiasync, FedQS end to end: paper (cosine with w^t-w^(t-1), flagged weight replaced by "
+    fedqs_a: float | None = _f(None, "semiasync, FedQS learning-rate change rate a")
+    fedqs_m0: float | None = _f(None, "semiasync, FedQS initial momentum m0")
+    fedqs_k: float | None = _f(None, "semiasync, FedQS momentum change speed k")
+    fedqs_lr_min: float | None = _f(None, "semiasync, FedQS lower bound of a client's learning rate")
+    fedqs_lr_max: float | None = _f(None, "semiasync, FedQS upper bound of a client's learning rate")
+    fedqs_variant: str | None = _f(None, "semiasync, FedQS end to end: paper (cosine with w^t-w^(t-1), flagged weight replaced by "
                             "(e/2)^(φ-F)(1+G)²/K) or authors (their code: per-layer angle, n_i/n·(e/2)^(φ-F)(1+min(G,2)²), "
                             "no momentum, flags reset each aggregation)")
-    fedqs_similarity: str = _f("cosine", "semiasync, FedQS Mod1 similarity of the paper variant: cosine, euclidean or manhattan")
+    fedqs_similarity: str | None = _f(None, "semiasync, FedQS Mod1 similarity of the paper variant: cosine, euclidean or manhattan")
     fedqs_feedback: str | None = _f(None, "semiasync, FedQS Mod3 feedback weight, by default the variant's own: paper, authors "
                                     "(code is its old name) or misread (ablation: the old exp(φ-F)/(2φ-F)·(1+G)/2K)")
     fedqs_authors_momentum: bool = _f(False, "semiasync, FedQS authors variant: their other files' momentum m0 + min(2(1/G-1), 0.4) "
@@ -138,7 +136,7 @@ class TrainConfig:
     checkpoint_dir: str | None = _f(None, "folder for checkpoints (the newest two complete ones are kept); also written on SIGTERM/SIGUSR1 and at the end", resumable=True)
     checkpoint_every: int | None = _f(None, "write a checkpoint every N steps (semiasync: rounds) into --checkpoint-dir", resumable=True)
     resume: str | None = _f(None, "continue from a checkpoint folder, or auto: the newest in --checkpoint-dir (a fresh start when there is none)", resumable=True)
-    stop_check_every: int = _f(10, "sync: steps between the ranks' agreement on signals and divergence (semiasync: the server checks after every round)", resumable=True)
+    stop_check_every: int | None = _f(None, "sync: steps between the ranks' agreement on signals and divergence (semiasync: the server checks after every round)", resumable=True)
     backend: str = _f("auto", "communicator: auto (torch under torchrun or a plain srun, MPI under mpirun/srun --mpi, "
                       "else local), mpi, torch (NCCL on GPUs, gloo on CPUs), nccl, gloo or local", resumable=True)
     device: str = _f("auto", "where the model trains: cpu, cuda (one GPU per local rank; needs a torch backend) or auto "
@@ -148,24 +146,55 @@ class TrainConfig:
     threads: int = _f(1, "torch/numba threads per rank (1 avoids oversubscription under MPI)", resumable=True)
     log_every: int = _f(50, "print progress every N steps (semiasync: rounds), on rank 0", resumable=True)
 
-    def __post_init__(self) -> None:
-        from .run import mode_of
+    # What this object filled in for the options not given (below), so that a copy made with
+    # dataclasses.replace knows them apart from the options given; not an option.
+    _filled: dict | None = field(default=None, repr=False, compare=False, metadata={"internal": True})
 
-        # Defaults that depend on the mode (or on other options) are resolved once, here,
-        # by the mode, so every reader sees a value.
+    def __post_init__(self) -> None:
+        from .run import mode_of, refuse_unread
+
+        # In a copy made by dataclasses.replace a filled-in value the copy did not change is
+        # still not given.
+        for name, value in (self._filled or {}).items():
+            if getattr(self, name) == value:
+                object.__setattr__(self, name, None)
+        #: The options the user gave (a flag, a TOML key, a keyword): every one must be read.
+        object.__setattr__(self, "given", frozenset(f.name for f in OPTION_FIELDS if getattr(self, f.name) not in (None, False)))
+        # The defaults of the options not given are filled in once, here (from where each is
+        # declared, then the mode's), so that every reader and the run file see a value.
         mode = mode_of(self.mode)
+        filled = {name: default_value(spec) for name, spec in DEFAULTS_FROM.items()
+                  if isinstance(spec, str) and getattr(self, name) is None}
+        for name, value in filled.items():
+            object.__setattr__(self, name, value)
         for name, value in mode.resolve(self).items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
+                filled[name] = value
+        object.__setattr__(self, "_filled", filled)
         object.__setattr__(self, "server_betas", betas_value(self.server_betas))
         object.__setattr__(self, "theta", theta_value(self.theta))
         _validate(self)
         mode.check(self)
+        refuse_unread(self, mode)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps({f.name: getattr(self, f.name) for f in OPTION_FIELDS}, sort_keys=True)
 
 
+
+
+#: The options (every field but the bookkeeping of :meth:`TrainConfig.__post_init__`).
+OPTION_FIELDS = tuple(f for f in fields(TrainConfig) if not f.metadata.get("internal"))
+
+#: The options every run reads, whatever its mode and strategy; each of the others is read
+#: by some modes, strategies, triggers or rules only (:meth:`fdahpc.run.Mode.reads`), and a
+#: run that does not read one the user gave refuses it (:func:`fdahpc.run.refuse_unread`).
+COMMON = frozenset((
+    "mode", "strategy", "model", "dataset", "data_dir", "partition", "context", "gpt_layers", "gpt_heads", "gpt_width",
+    "batch_size", "optimizer", "lr", "weight_decay", "target_accuracy", "target_loss", "eval_samples", "eval_every",
+    "seed", "drop_last", "clip_grad_norm", "out", "checkpoint_dir", "checkpoint_every", "resume", "backend", "device",
+    "comm_timeout", "threads", "log_every"))
 
 
 #: The flags by family: ``--help`` shows one group each, and a TOML file may nest a
@@ -182,7 +211,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "sampling": ("clients_per_round",),
     "fedadp": ("fedadp_alpha", "fedadp_angles"),
     "semiasync": ("clients", "buffer", "rounds", "speed_ratio", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir"),
-    "fedqs": tuple(f.name for f in fields(TrainConfig) if f.name.startswith("fedqs_")),
+    "fedqs": tuple(f.name for f in OPTION_FIELDS if f.name.startswith("fedqs_")),
     "output": ("out", "checkpoint_dir", "checkpoint_every", "resume", "stop_check_every", "log_every"),
     "runtime": ("backend", "device", "comm_timeout", "threads"),
 }
@@ -190,7 +219,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 
 #: The options that may change on ``--resume`` (and take effect there); the others are
 #: the checkpoint's identity.
-RESUMABLE = frozenset(f.name for f in fields(TrainConfig) if f.metadata["resumable"])
+RESUMABLE = frozenset(f.name for f in OPTION_FIELDS if f.metadata["resumable"])
 
 
 def one_of(name: str, value: str, choices) -> None:
@@ -318,13 +347,12 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
         argument_default=argparse.SUPPRESS,
     )
     p.add_argument("--config", help="TOML file whose keys equal the flags (command line wins)")
-    by_name = {f.name: f for f in fields(TrainConfig)}
+    by_name = {f.name: f for f in OPTION_FIELDS}
     for family, names in FAMILIES.items():
         group = p.add_argument_group(family)
         for f in (by_name[n] for n in names):
             flag = "--" + f.name.replace("_", "-")
-            default = _class_defaults(f.name) if f.default is None and f.name in _CLASS_DEFAULTS else f.default
-            helptext = f"{f.metadata['help']} (default: {default})"
+            helptext = f"{f.metadata['help']} (default: {_shown_default(f)})"
             if f.type in ("bool", bool):
                 group.add_argument(flag, action="store_true", help=helptext)
             else:
@@ -332,28 +360,56 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
     return p
 
 
-#: Flags whose default is the using class's own: (module, class, parameter) per user, or
-#: (module, constant, None).
-_CLASS_DEFAULTS = {
-    "server_lr": {"fedavgm": ("fdahpc.aggregate", "FedAvgM", "eta_s"), "fedadam": ("fdahpc.aggregate", "FedAdam", "eta_s"),
-                  "diloco": ("fdahpc.aggregate", "DiLoCoOuter", "eta"),
-                  "fedbuff": ("fdahpc.semiasync.rules", "FedBuff", "server_lr")},
-    "sketch_rows": {"": ("fdahpc.options", "SKETCH_ROWS", None)},  # AmsSketch's, kept where importing it is cheap
-    "sketch_cols": {"": ("fdahpc.options", "SKETCH_COLS", None)},
+#: Where the default of an option that is None in :class:`TrainConfig` ("not given") is
+#: declared, so that it is declared once. ``"module:Name.attr"``: filled in when the option
+#: is not given, so that every reader and the run file see the value that ran;
+#: ``{user: "module:Class(param)"}``: each user applies its own, ``--help`` shows them.
+DEFAULTS_FROM: dict[str, str | dict[str, str]] = {
+    **{name: f"fdahpc.options:FDAOptions.{name}" for name in ("theta", "fda_lag", "fda_every", "fda_log_every")},
+    "local_epochs": "fdahpc.options:PeriodicOptions.local_epochs",
+    "warmup_steps": "fdahpc.options:WarmupOptions.warmup_steps",
+    "server_momentum": "fdahpc.options:FedAvgMOptions.server_momentum",
+    "server_betas": "fdahpc.options:FedAdamOptions.server_betas",
+    "server_tau": "fdahpc.options:FedAdamOptions.server_tau",
+    "weighting": "fdahpc.options:MeanOptions.weighting",
+    "fedadp_alpha": "fdahpc.options:FedAdpOptions.fedadp_alpha",
+    "fedadp_angles": "fdahpc.options:FedAdpOptions.fedadp_angles",
+    **{f"fedqs_{name}": f"fdahpc.semiasync.fedqs:FedQSParams.{name}"
+       for name in ("a", "m0", "k", "lr_min", "lr_max", "variant", "similarity")},
+    "epochs": "fdahpc.sync_loop:DEFAULT_EPOCHS",
+    "stop_check_every": "fdahpc.sync_loop:DEFAULT_STOP_CHECK_EVERY",
+    "speed_ratio": "fdahpc.semiasync.mode:DEFAULT_SPEED_RATIO",
+    "server_lr": {"fedavgm": "fdahpc.aggregate:FedAvgM(eta_s)", "fedadam": "fdahpc.aggregate:FedAdam(eta_s)",
+                  "diloco": "fdahpc.aggregate:DiLoCoOuter(eta)", "fedbuff": "fdahpc.semiasync.rules:FedBuff(server_lr)",
+                  "mstep": "fdahpc.semiasync.rules:MStep(server_lr)", "wkafl": "fdahpc.semiasync.rules:WKAFL(server_lr)"},
+    "sketch_rows": {"": "fdahpc.options:SKETCH_ROWS"},  # AmsSketch's, kept where importing it is cheap
+    "sketch_cols": {"": "fdahpc.options:SKETCH_COLS"},
 }
 
 
-def _class_defaults(name: str) -> str:
-    """What ``--help`` shows as the default of a flag the classes default themselves."""
+def default_value(spec: str):
+    """The value ``spec`` names: ``module:Name.attr`` or ``module:Class(param)`` (a signature default)."""
     import importlib
     import inspect
 
-    shown = []
-    for user, (module, cls, param) in _CLASS_DEFAULTS[name].items():
-        owner = getattr(importlib.import_module(module), cls)
-        value = owner if param is None else inspect.signature(owner).parameters[param].default
-        shown.append(f"{user} {value}".strip())
-    return ", ".join(shown)
+    module, _, path = spec.partition(":")
+    if path.endswith(")"):
+        owner, _, param = path[:-1].partition("(")
+        return inspect.signature(getattr(importlib.import_module(module), owner)).parameters[param].default
+    value = importlib.import_module(module)
+    for attr in path.split("."):
+        value = getattr(value, attr)
+    return value
+
+
+def _shown_default(f: dataclasses.Field):
+    """What ``--help`` shows as a flag's default."""
+    spec = DEFAULTS_FROM.get(f.name)
+    if spec is None:
+        return f.default
+    if isinstance(spec, str):
+        return default_value(spec)
+    return ", ".join(f"{user} {default_value(s)}".strip() for user, s in spec.items())
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -364,7 +420,7 @@ def load_toml(path: str) -> dict[str, Any]:
         raise FileNotFoundError(f"--config {path}: no such file; pass the path of a TOML run file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"--config {path}: not valid TOML ({exc})") from None
-    names = {f.name for f in fields(TrainConfig)}
+    names = {f.name for f in OPTION_FIELDS}
     out = {}
     for key, value in raw.items():
         if key in FAMILIES and isinstance(value, dict):  # [fda] theta = 2

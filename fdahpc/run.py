@@ -30,8 +30,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["MODES", "SETUP_ERRORS", "Mode", "Job", "Outcome", "Session", "Run", "mode_of", "load_data", "new_model",
-           "build", "run", "execute", "fail_setup"]
+__all__ = ["MODES", "SETUP_ERRORS", "Mode", "Job", "Outcome", "Session", "Run", "mode_of", "refuse_unread", "load_data",
+           "new_model", "build", "run", "execute", "fail_setup"]
 
 log = logging.getLogger("fdahpc")
 
@@ -50,7 +50,7 @@ class Mode:
     unit = "step"
     #: What its ``--strategy`` names, e.g. "a synchronous strategy".
     noun = "a strategy"
-    #: Options only this mode reads (None by default); another mode refuses them.
+    #: Options only this mode reads (not given by default); another mode refuses them.
     options: tuple[str, ...] = ()
 
     def strategies(self) -> tuple[str, ...]:
@@ -61,23 +61,30 @@ class Mode:
         """Values for the options whose default is this mode's (they are None in ``cfg``)."""
         return {}
 
+    def reads(self, cfg) -> set[str]:
+        """The options this run reads beside the ones every run reads
+        (:data:`fdahpc.config.COMMON`): the mode's own, its strategy's."""
+        return set(self.options)
+
+    def readers(self, name: str) -> list[str]:
+        """What in this mode reads option ``name`` (empty: nothing), e.g. ``--strategy fedavgm``."""
+        return [f"--mode {self.name}"] if name in self.options else []
+
+    def who(self, cfg) -> str:
+        """The run's choice that decides what it reads, e.g. ``--strategy fedavg``."""
+        return f"--strategy {cfg.strategy}"
+
     def check(self, cfg) -> None:
         """The options against this mode (``ValueError`` with one line): a strategy of its
-        own, no option of another mode. A mode extends it with its own checks."""
+        own. A mode extends it with its own checks."""
         from .config import one_of
 
-        others = [mode_of(m) for m in MODES if m != self.name]
         if cfg.strategy not in self.strategies():
-            for other in others:
+            for other in (mode_of(m) for m in MODES if m != self.name):
                 if cfg.strategy in other.strategies():
                     raise ValueError(f"--strategy {cfg.strategy}: {other.noun}; add --mode {other.name} or choose one "
                                      f"of {', '.join(self.strategies())}")
         one_of("--strategy", cfg.strategy, self.strategies())
-        for other in others:
-            for name in other.options:
-                flag = "--" + name.replace("_", "-")
-                if name not in self.options and getattr(cfg, name) is not None:
-                    raise ValueError(f"{flag}: only used with --mode {other.name}; add --mode {other.name} or drop {flag}")
 
     def device(self, cfg) -> str:
         """The device the communicator serves."""
@@ -178,6 +185,29 @@ class Run:
         if name == "job":
             raise AttributeError(name)
         return getattr(self.job, name)
+
+
+def refuse_unread(cfg, mode: Mode) -> None:
+    """``ValueError`` with one line for the first option the user gave that this run does
+    not read: the flag, what reads it and the fix. Nothing given is silently ignored."""
+    from .config import COMMON
+
+    unread = sorted(cfg.given - COMMON - mode.reads(cfg))
+    if not unread:
+        return
+    name = unread[0]
+    flag = "--" + name.replace("_", "-")
+    here = mode.readers(name)
+    if here:
+        raise ValueError(f"{flag}: {mode.who(cfg)} does not read it (read by {' or '.join(here)}); drop {flag} or "
+                         "choose one of those")
+    for other in (mode_of(m) for m in MODES if m != mode.name):
+        there = other.readers(name)
+        if there:
+            parts = [r for r in there if r != f"--mode {other.name}"]
+            raise ValueError(f"{flag}: only used with --mode {other.name}" + (f" ({' or '.join(parts)})" if parts else "")
+                             + f"; add --mode {other.name} or drop {flag}")
+    raise ValueError(f"{flag}: nothing in --mode {mode.name} reads it; drop {flag}")
 
 
 def mode_of(name: str) -> Mode:

@@ -12,18 +12,21 @@ import math
 import time
 from dataclasses import dataclass
 
-from .options import THETA_AUTO
 from .run import Job, Mode, Outcome, load_data, new_model
 
 __all__ = ["MODE", "SyncMode", "SyncJob", "reached"]
 
 log = logging.getLogger("fdahpc")
 
+#: Training length in epochs of the mean partition, and steps between the ranks' agreement
+#: on signals and divergence, when not given.
+DEFAULT_EPOCHS, DEFAULT_STOP_CHECK_EVERY = 5.0, 10
+
 
 class SyncMode(Mode):
     name = "sync"
     noun = "a synchronous strategy"
-    options = ("sync", "max_steps")
+    options = ("sync", "max_steps", "epochs", "stop_check_every")
 
     def strategies(self) -> tuple[str, ...]:
         from .strategies import STRATEGIES
@@ -33,19 +36,43 @@ class SyncMode(Mode):
     def resolve(self, cfg) -> dict:
         return {"strategy": "sketchfda"}
 
+    def reads(self, cfg) -> set[str]:
+        """The mode's options and those of the strategy's parts: its trigger's, its rule's, the
+        warm-up, client sampling (round-based triggers) and the sketch's shape (when it sketches)."""
+        from .options import SamplingOptions, SketchShape, WarmupOptions, option_names
+        from .strategies import strategy_options
+
+        o = strategy_options(cfg.strategy, cfg.sync, cfg)
+        parts = [type(o.trigger_options), type(o.rule_options), WarmupOptions]
+        parts += [SamplingOptions] if not o.trigger.threshold else []
+        parts += [SketchShape] if o.uses_sketch else []
+        return set(self.options) | {name for cls in parts for name in option_names(cls)}
+
+    def readers(self, name: str) -> list[str]:
+        from .options import SamplingOptions, SketchShape, WarmupOptions, option_names
+        from .strategies import PRESETS, RULES, TRIGGERS
+
+        out = super().readers(name) + ([f"--mode {self.name}"] if name in option_names(WarmupOptions) else [])
+        triggers = [t for t, cls in TRIGGERS.items() if name in option_names(cls.Options)]
+        strategies = [s for s, p in PRESETS.items() if p.trigger in triggers or name in option_names(RULES[p.rule].Options)]
+        out += [f"--strategy {', '.join(strategies)}"] if strategies else []
+        out += [f"--sync {', '.join(triggers)}"] if triggers else []
+        if name in option_names(SamplingOptions):
+            out.append("round-based triggers (--sync every, periodic)")
+        if name in option_names(SketchShape):
+            out.append("sketchfda and --fedadp-angles sketch")
+        return out
+
+    def who(self, cfg) -> str:
+        return f"--strategy {cfg.strategy}" + (f" --sync {cfg.sync}" if cfg.sync else "")
+
     def check(self, cfg) -> None:
-        from .strategies import strategy_options, trigger_of
+        from .strategies import strategy_options
 
         super().check(cfg)
         strategy_options(cfg.strategy, cfg.sync, cfg)  # the trigger's and the rule's options, checked
         if cfg.weighting != "uniform" and cfg.strategy == "fedadp":
             raise ValueError("--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
-        if not trigger_of(cfg.strategy, cfg.sync).threshold:
-            for flag, used in ((f"--theta {cfg.theta}", cfg.theta in THETA_AUTO), (f"--fda-lag {cfg.fda_lag}", cfg.fda_lag != 0),
-                               (f"--fda-every {cfg.fda_every}", cfg.fda_every != 1)):
-                if used:
-                    raise ValueError(f"{flag}: {cfg.strategy} has no FDA trigger; use linearfda or sketchfda "
-                                     "(or --sync linear / --sync sketch), or drop it")
 
     def prepare(self, cfg, comm) -> None:
         """Rank 0 compiles the Numba sketch kernels (or loads them from the cache) while the

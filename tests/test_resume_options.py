@@ -4,7 +4,6 @@ No option is silently ignored."""
 
 import json
 import logging
-from dataclasses import fields
 
 import h5py
 import numpy as np
@@ -12,8 +11,9 @@ import pytest
 
 from conftest import run_python
 from fdahpc import checkpoint
-from fdahpc.config import RESUMABLE, TrainConfig
+from fdahpc.config import OPTION_FIELDS, RESUMABLE, TrainConfig
 from fdahpc.provenance import segments_of
+from fdahpc.run import mode_of
 from fdahpc.run import MODES
 
 #: A valid value other than the default for every option (the test fails for an option
@@ -37,24 +37,33 @@ CHANGED = dict(
 
 
 def test_every_option_is_tried():
-    assert set(CHANGED) == {f.name for f in fields(TrainConfig)}
+    assert set(CHANGED) == {f.name for f in OPTION_FIELDS}
 
 
 #: The character models' shape options, read only by a run of one (tried on such a run).
 TEXT_MODEL_OPTIONS = {"context", "gpt_layers", "gpt_heads", "gpt_width"}
 TEXT_RUN = dict(model="gpt", dataset="shakespeare")
+#: Options that are read only beside another's value (tried on a run that has it).
+REQUIRES = dict(theta_auto_epochs=dict(theta="auto-once"), theta_round_epochs=dict(theta="auto"),
+                theta_fabric=dict(theta="auto"), fedqs_authors_momentum=dict(fedqs_variant="authors"))
 
 
 def _resume_check(mode: str, name: str):
-    """(refused?, message, changed options) when a checkpoint of the mode's default run is
-    resumed with ``name`` changed; None when the mode refuses the changed option outright."""
-    base = dict(mode=mode, checkpoint_dir="ck", **(TEXT_RUN if name in TEXT_MODEL_OPTIONS else {}))
+    """(refused?, message, changed options) when a checkpoint of the mode's default run, or of
+    the first of its strategies that reads ``name``, is resumed with ``name`` changed; None
+    when no strategy of the mode can be given the option (it refuses it outright)."""
+    base = dict(mode=mode, checkpoint_dir="ck", **(TEXT_RUN if name in TEXT_MODEL_OPTIONS else {}), **REQUIRES.get(name, {}))
     value = next(m for m in MODES if m != mode) if name == "mode" else CHANGED[name]
-    try:
-        new = TrainConfig(**{**base, name: value})
-    except ValueError:
+    for strategy in (None, *mode_of(mode).strategies()):
+        base_s = base if strategy is None or name == "strategy" else dict(base, strategy=strategy)
+        try:
+            new = TrainConfig(**{**base_s, name: value})
+            break
+        except ValueError:
+            continue
+    else:
         return None  # this mode cannot be given the option at all, so it cannot ignore it
-    old = TrainConfig(**base)
+    old = TrainConfig(**base_s)
     manifest = dict(checkpoint.identity(old, 2, 1000), config=json.loads(old.to_json()), position=10)
     try:
         checkpoint.check_identity(manifest, checkpoint.identity(new, 2, 1000), "ck")
@@ -66,7 +75,7 @@ def _resume_check(mode: str, name: str):
 @pytest.mark.parametrize("mode", MODES)
 def test_each_option_is_identity_or_takes_effect(mode):
     tried = 0
-    for f in fields(TrainConfig):
+    for f in OPTION_FIELDS:
         outcome = _resume_check(mode, f.name)
         if outcome is None:
             continue
@@ -87,8 +96,8 @@ NO_CHECKPOINTS = {"clock"}
 
 
 def test_every_option_is_given_in_some_mode():
-    usable = {f.name for f in fields(TrainConfig) if any(_resume_check(m, f.name) is not None for m in MODES)}
-    assert usable == {f.name for f in fields(TrainConfig)} - NO_CHECKPOINTS
+    usable = {f.name for f in OPTION_FIELDS if any(_resume_check(m, f.name) is not None for m in MODES)}
+    assert usable == {f.name for f in OPTION_FIELDS} - NO_CHECKPOINTS
     for name in NO_CHECKPOINTS:
         with pytest.raises(ValueError, match="not with --clock ticks"):
             TrainConfig(mode="semiasync", checkpoint_dir="ck", **{name: CHANGED[name]})

@@ -68,7 +68,7 @@ def test_warmup_refusals_and_averager():
 
     with pytest.raises(ValueError, match="--warmup-steps -1: must be an integer >= 0"):
         TrainConfig(strategy="fedavg", warmup_steps=-1)
-    with pytest.raises(ValueError, match="--warmup-steps 3: only used with --mode sync"):
+    with pytest.raises(ValueError, match="--warmup-steps: only used with --mode sync; add --mode sync or drop --warmup-steps"):
         TrainConfig(mode="semiasync", warmup_steps=3)
     avg = ModelAverager(torch.nn.Linear(3, 1), LocalCommunicator(), "fedavg", tau=5, warmup_steps=2)
     assert [avg.step() for _ in range(7)] == [True, True, False, False, False, False, True]

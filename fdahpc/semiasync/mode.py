@@ -21,6 +21,7 @@ DEFAULT_OPTIMIZER, DEFAULT_LR = "sgd", 0.1
 #: The FedQS paper's N, K and rounds; the buffer never exceeds the clients.
 DEFAULT_CLIENTS, DEFAULT_BUFFER, DEFAULT_ROUNDS = 100, 10, 400
 DEFAULT_MODEL_CACHE_GB = 1.0  # per rank; see store.py
+DEFAULT_SPEED_RATIO = 50  # the paper's 1:50
 AGGREGATE = ("server", "hosts")  # who adds the buffered updates (--aggregate)
 
 
@@ -84,7 +85,13 @@ class SemiAsyncMode(Mode):
     name = "semiasync"
     unit = "round"
     noun = "a semi-asynchronous rule"
-    options = ("clients", "buffer", "rounds", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir")
+    options = ("clients", "buffer", "rounds", "speed_ratio", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir",
+               "tau", "local_epochs", "clients_per_round")
+    #: What only some rules read: option name(s) -> the rules.
+    RULE_OPTIONS = {("weighting",): ("fedavg", "fedsgd"), ("server_lr",): ("fedbuff", "mstep", "wkafl"),
+                    ("fedqs_a", "fedqs_m0", "fedqs_k", "fedqs_lr_min", "fedqs_lr_max", "fedqs_variant", "fedqs_similarity",
+                     "fedqs_feedback", "fedqs_authors_momentum", "fedqs_sketch_similarity", "fedqs_no_momentum",
+                     "fedqs_no_feedback"): ("fedqs-avg", "fedqs-sgd")}
 
     def strategies(self) -> tuple[str, ...]:
         from .rules import SEMIASYNC_RULES
@@ -98,6 +105,13 @@ class SemiAsyncMode(Mode):
             buffer = cfg.clients_per_round
         return {"strategy": "fedqs-avg", "clients": clients, "buffer": buffer, "rounds": DEFAULT_ROUNDS, "clock": "events",
                 "aggregate": "server", "model_cache_gb": DEFAULT_MODEL_CACHE_GB}
+
+    def reads(self, cfg) -> set[str]:
+        return set(self.options).union(*(names for names, rules in self.RULE_OPTIONS.items() if cfg.strategy in rules))
+
+    def readers(self, name: str) -> list[str]:
+        rules = [r for names, rules in self.RULE_OPTIONS.items() if name in names for r in rules]
+        return super().readers(name) + ([f"--strategy {', '.join(rules)}"] if rules else [])
 
     def check(self, cfg) -> None:
         from ..comm import TORCH_BACKENDS
@@ -115,12 +129,7 @@ class SemiAsyncMode(Mode):
             if not ok:
                 raise ValueError(msg)
 
-        require(cfg.weighting == "uniform" or cfg.strategy in ("fedavg", "fedsgd"),
-                f"--weighting {cfg.weighting}: in semiasync mode only fedavg and fedsgd take it ({cfg.strategy} weighs "
-                "updates itself); drop it")
         require(cfg.clients >= 1, f"--clients {cfg.clients}: must be >= 1, e.g. --clients 100")
-        require(cfg.warmup_steps == 0, f"--warmup-steps {cfg.warmup_steps}: only used with --mode sync; drop it")
-        require(cfg.fda_every == 1, f"--fda-every {cfg.fda_every}: only used with --mode sync; drop it")
         if cfg.clients_per_round is not None:
             require(1 <= cfg.clients_per_round <= cfg.clients, f"--clients-per-round {cfg.clients_per_round}: must be "
                     f"in [1, --clients {cfg.clients}], e.g. --clients-per-round 10")
