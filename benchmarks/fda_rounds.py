@@ -10,8 +10,8 @@ training bytes are unchanged) unless ``--out`` exists already. For every run fil
 one line per round: its first and last step, its length, and at its last monitored step the
 trigger's estimate H, the exact model variance Var (``--log-variance`` runs) and H/Var; for
 ``--theta auto`` the calibrated Θ and the calibration round's length; for a run that ended
-inside a round, that round's H. This is how ``--theta auto`` was diagnosed (README, the
-paragraph after the frontier table; ``benchmarks/fda_rounds.txt``).
+inside a round, that round's H. This is how ``--theta auto`` was diagnosed (docs/results.md,
+"Why --theta auto-once misses the 1.5× bar"; ``benchmarks/fda_rounds.txt``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python benchmarks/fedqs_regime.py                                  # the whole grid
     python benchmarks/fedqs_regime.py --partitions dirichlet:0.1 --seeds 0 --rounds 100
-    python benchmarks/fedqs_regime.py --table                         # the README's tables, from the CSVs
+    python benchmarks/fedqs_regime.py --table                         # docs/results.md's tables, from the CSVs
     python benchmarks/fedqs_regime.py --clock ticks --drop-last ...   # under the authors' simulator (issue 43)
 
 The paper's setting (arXiv 2510.07664, Section 5.1 and Appendix D; the authors' code as
@@ -50,7 +50,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=2)
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "fedqs-regime"))
     p.add_argument("--no-reuse", action="store_true", help="rerun finished runs instead of reading them")
-    p.add_argument("--table", action="store_true", help="print the README's tables from the CSVs; run nothing")
+    p.add_argument("--table", action="store_true", help="print docs/results.md's tables from the CSVs; run nothing")
     p.add_argument("--clock", default="events", choices=("events", "ticks"), help="the mode's --clock")
     p.add_argument("--drop-last", action="store_true", help="the mode's --drop-last")
     return p.parse_args(argv)
@@ -90,7 +90,7 @@ BASELINE = {m: ("fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg")
 
 def table(partition: str, methods: list[str], csv_dir: str = os.path.join(REPO_ROOT, "benchmarks"),
           prefix: str = "") -> list[str]:
-    """The README's markdown table of one partition's CSV: every method's convergence
+    """docs/results.md's markdown table of one partition's CSV: every method's convergence
     accuracy per seed, mean ± sd over the seeds it has, and its difference to its baseline
     on the seeds both have."""
     import statistics

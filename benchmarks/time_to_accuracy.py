@@ -1,7 +1,7 @@
 """Time to accuracy on modelled fabrics, from the frontier's measured runs.
 
     python benchmarks/time_to_accuracy.py        # reads benchmarks/frontier.csv and benchmarks/scaling.csv
-    python benchmarks/time_to_accuracy.py --markdown   # the README's regime table, from the same CSVs
+    python benchmarks/time_to_accuracy.py --markdown   # docs/results.md's regime table, from the same CSVs
 
 For every run of ``frontier.csv`` that reached its target: the wall time it would take on K
 ranks joined by each fabric of :data:`cost_model.FABRICS` (10 Gb/s Ethernet, 100 Gb/s
@@ -59,7 +59,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--frontier", default=os.path.join(REPO_ROOT, "benchmarks", "frontier.csv"))
     p.add_argument("--scaling", default=os.path.join(REPO_ROOT, "benchmarks", "scaling.csv"))
     p.add_argument("--markdown", action="store_true",
-                   help="print only the README's regime table (frontier's per-regime rows beside the modelled times)")
+                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times)")
     p.add_argument("--step-ms", default="measured,5,20,100",
                    help="step times of the per-row report: 'measured' (this CPU's, scaling.csv) and/or stated "
                         "milliseconds per local step, e.g. 5,20,100 for GPU nodes (default: %(default)s)")
@@ -223,7 +223,7 @@ def regime_name(setting: str) -> str:
 
 
 def markdown(summaries: dict[tuple[str, float], tuple[list[str], list[str]]], points: list[dict]) -> list[str]:
-    """The README's regime table: frontier's per-regime row (fewest steps, each family's lead
+    """docs/results.md's regime table: frontier's per-regime row (fewest steps, each family's lead
     in bytes with its pair and seeds, verdict, the default auto run's check against the cheapest
     tuned Θ) beside the modelled time (FedAvg/FDA, fastest family)."""
     short = {"ethernet-10g": "10G", "infiniband-100g": "IB", "cross-site-1g": "1G"}

@@ -7,7 +7,7 @@ Compares the final models (bit for bit, else their relative L2 distance
 versions (semi-asynchronous), the evaluation series, and the kernels each run was made
 with (:mod:`fdahpc.provenance`). Two runs on one machine with the same wheels and thread
 counts are bit-identical; on other CPUs torch's kernels sum in other orders, and the same
-run lands within about 1e-5 (README, "Reproducibility"), well inside the default
+run lands within about 1e-5 (docs/reproducibility.md), well inside the default
 ``--rtol 1e-4``. Exit status: 0 identical or within the tolerance, 1 different, 2 a file
 that cannot be read.
 """

@@ -371,7 +371,7 @@ def test_time_to_accuracy_names_the_fastest_family_even_when_it_is_the_only_one(
 
 
 def test_time_to_accuracy_markdown_joins_the_regime_row_and_the_modelled_times(tmp_path, capsys):
-    """--markdown prints the README's regime table: frontier's lead (pair and seeds) beside the time columns."""
+    """--markdown prints docs/results.md's regime table: frontier's lead (pair and seeds) beside the time columns."""
     import time_to_accuracy as tta
 
     assert tta.regime_name("lenet5/classes:2@8/sgd:0.1") == "classes:2, K=8, SGD lr 0.1"

@@ -190,7 +190,7 @@ def test_a_trigger_is_one_decorated_class():
 
 
 def test_readme_trigger_example_registers_and_runs(tmp_path):
-    """The README's 'Adding a trigger' block, executed as written, then used by a run."""
+    """docs/extending.md's 'Adding a trigger' block, executed as written, then used by a run."""
     import re
 
     from conftest import REPO
@@ -199,9 +199,9 @@ def test_readme_trigger_example_registers_and_runs(tmp_path):
     from fdahpc.strategies import TRIGGERS
     from fdahpc.run import build, run as train
 
-    text = open(f"{REPO}/README.md").read()
-    block = re.search(r"## Adding a trigger or a rule.*?```python\n(.*?)```", text, re.S).group(1)
-    exec(compile(block, "README.md", "exec"), {})
+    text = open(f"{REPO}/docs/extending.md").read()
+    block = re.search(r"# Adding a trigger or a rule.*?```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(block, "docs/extending.md", "exec"), {})
     try:
         cfg = TrainConfig(strategy="fedavg", sync="drift-norm", theta=0.05, dataset="mnist5k", max_steps=20,
                           batch_size=16, log_every=10**6, out=str(tmp_path / "r.h5"))

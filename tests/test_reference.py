@@ -3,7 +3,7 @@
 Each case runs in this process (1 rank) and under ``mpiexec -n 2 ... --with-mpi`` (2
 ranks, MPI or gloo) and is compared with ``tests/reference/presets.json``.
 
-Two kinds of reproducibility, tested apart (README, "Reproducibility"):
+Two kinds of reproducibility, tested apart (docs/reproducibility.md):
 
 - **Bit for bit** holds between two runs on one machine with the same wheels and one
   thread per rank: a resumed run against an uninterrupted one (``test_resume.py``,
