@@ -208,8 +208,12 @@ def _validate(c: TrainConfig) -> None:
     # so that importing config stays cheap.
     from .data import check_dataset, parse_partition
     from .models import MODELS
+    from .user import REF_FORM, is_ref
 
-    one_of("--model", c.model, MODELS)
+    # Own code (module.path:function) is only named here; it is imported and called at
+    # setup, on every rank (fdahpc.user), never when a run file's options are read back.
+    _require(c.model in MODELS or is_ref(c.model), f"--model {c.model!r}: unknown; choose one of {', '.join(MODELS)} "
+             f"or your own {REF_FORM} (docs/own-model.md)")
     try:
         check_dataset(c.dataset)
     except ValueError as exc:
@@ -267,10 +271,12 @@ def _check_text(c: TrainConfig) -> None:
     other kind is ignored."""
     from .data import TEXT_DATASETS, check_dataset
     from .models import TEXT_MODELS
+    from .user import is_ref
 
     text = check_dataset(c.dataset)[0] in TEXT_DATASETS
-    if text and c.model not in TEXT_MODELS:
-        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt or --model lstm")
+    if text and c.model not in TEXT_MODELS and not is_ref(c.model):  # an own model may read character codes
+        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt, --model lstm or your own "
+                         "module.path:function")
     if not text and c.model in TEXT_MODELS:
         raise ValueError(f"--model {c.model}: a character model; use --dataset shakespeare")
     if not text and "roles" in c.partition:
