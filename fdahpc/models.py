@@ -301,16 +301,16 @@ def build_own_model(ref: str, sample_shape: tuple[int, ...], sample_dtype: torch
     draws its initial weights from torch's global generator, seeded by the caller, so every
     rank builds the same model. The check: float32 parameters (the flat buffer every
     strategy communicates is float32), and on a batch of :data:`OWN_CHECK_BATCH` zero
-    samples of the dataset's shape and dtype, in eval mode without gradients (so neither
-    BatchNorm statistics nor the random stream move), logits of shape (batch, num_classes).
+    samples of the dataset's shape and dtype, in eval mode without gradients (so
+    BatchNorm statistics do not move; lazy layers take their size from it, as they would
+    from a first training batch), logits of shape (batch, num_classes). Zeros, not real
+    samples: every rank has them (the semi-asynchronous server holds no training rows, the
+    hosts no test rows), so every rank reaches the same verdict.
     """
     model = call("--model", ref, {"num_classes": num_classes, "input_shape": tuple(sample_shape)})
     if not isinstance(model, nn.Module):
         raise ValueError(f"--model {ref}: returned a {type(model).__name__}, not a torch.nn.Module; return the network "
                          "(e.g. nn.Sequential(...))")
-    if count_params(model) == 0:
-        raise ValueError(f"--model {ref}: the network has no trainable parameters; give it at least one layer "
-                         "with weights")
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_floating_point() and t.dtype != torch.float32:
             raise ValueError(f"--model {ref}: {name} is {t.dtype}; fdahpc communicates float32, return model.float()")
@@ -333,4 +333,7 @@ def build_own_model(ref: str, sample_shape: tuple[int, ...], sample_dtype: torch
         raise ValueError(f"--model {ref}: on a batch of {shown} it returned shape {tuple(out.shape)}, but the dataset "
                          f"has {num_classes} classes; return logits of shape ({OWN_CHECK_BATCH}, {num_classes}) (its "
                          f"last layer: {num_classes} outputs)")
+    if count_params(model) == 0:  # after the forward pass, which sizes lazy layers
+        raise ValueError(f"--model {ref}: the network has no trainable parameters; give it at least one layer "
+                         "with weights")
     return model
