@@ -284,7 +284,8 @@ def _check_text(c: TrainConfig) -> None:
                          "another partition")
     for name in ("context", "gpt_layers", "gpt_heads", "gpt_width"):
         users = TEXT_MODELS if name == "context" else ("gpt",)
-        if getattr(c, name) is not None and c.model not in users:
+        own_text = name == "context" and text and is_ref(c.model)  # an own model's window on a text
+        if getattr(c, name) is not None and c.model not in users and not own_text:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag}: only used with --model {' or '.join(users)}; drop {flag}")
     if text:

@@ -190,7 +190,8 @@ def mode_of(name: str) -> Mode:
 def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None):
     """The dataset of ``cfg``, with the training rows ``train_indices(labels)`` picks for this
     rank (and the test rows ``test_indices(labels)`` picks; all when None, or ``--eval-samples``
-    rows spread evenly over the test set)."""
+    rows spread evenly over the test set). ``--dataset module.path:function`` is called here,
+    on every rank, through the same readers (:func:`fdahpc.data.load_dataset`)."""
     import numpy as np
 
     from .config import text_options

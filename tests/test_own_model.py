@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, run_python
+from conftest import REPO, run_python, train_inprocess
 from fdahpc.config import TrainConfig
 from fdahpc.data import load_dataset, partition
 from fdahpc.models import build_own_model
@@ -60,6 +60,20 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.body(x)
+
+
+def flat(input_shape, num_classes):  # any sample shape: e.g. MNIST's (1, 28, 28)
+    size = int(np.prod(input_shape))
+    return nn.Sequential(nn.Flatten(), nn.Linear(size, 32), nn.ReLU(), nn.Linear(32, num_classes))
+
+
+class Codes(nn.Module):  # integer samples: a text's character windows
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        self.embed, self.out = nn.Embedding(num_classes, 8), nn.Linear(8 * input_shape[0], num_classes)
+
+    def forward(self, x):
+        return self.out(self.embed(x).flatten(1))
 
 
 def fixed():  # no parameters at all: a network for 12 features and 5 classes
@@ -234,6 +248,34 @@ def test_given_values_a_function_does_not_take_are_refused(in_task):
     with pytest.raises(ValueError, match=r"^--data-dir: mytask:data takes no 'data_dir' parameter, so it would be "
                                          r"ignored; add a data_dir parameter to data or drop --data-dir$"):
         call("--dataset", "mytask:data", {"data_dir": "/d", "seed": 0}, given={"data_dir": "--data-dir"})
+
+
+@pytest.mark.distributed
+def test_own_model_on_a_built_in_image_dataset(comm, in_task, tmp_path):
+    setup, res = train_inprocess(comm, tmp_path / "m.h5", model="mytask:flat", dataset="mnist5k", strategy="fedavg",
+                                 tau=5, max_steps=30)
+    assert setup.flat.dim == 784 * 32 + 32 + 32 * 10 + 10 and res["final_accuracy"] > 0.5
+
+
+@pytest.mark.distributed
+def test_own_model_on_a_text(comm, in_task, tmp_path):
+    from fdahpc.data.shakespeare import load_corpus
+
+    try:
+        vocab = len(load_corpus(None).vocab)
+    except (FileNotFoundError, ValueError):
+        pytest.skip("Shakespeare corpus not fetched (python -m fdahpc.data fetch shakespeare)")
+    setup, res = train_inprocess(comm, tmp_path / "t.h5", model="mytask:Codes", dataset="shakespeare", context=12,
+                                 strategy="fedavg", tau=5, max_steps=10, eval_samples=200)
+    assert setup.flat.dim == vocab * 8 + 8 * 12 * vocab + vocab and np.isfinite(res["final_accuracy"])
+
+
+def test_built_in_datasets_keep_their_meaning():
+    assert TrainConfig(dataset="synthetic:1000").dataset == "synthetic:1000"
+    with pytest.raises(ValueError, match=r"dataset 'synthetic:abc': N must be a whole number"):
+        TrainConfig(dataset="synthetic:abc")
+    with pytest.raises(ValueError, match=r"--context: only used with --model gpt or lstm"):
+        TrainConfig(model="mytask:net", dataset="mytask:data", context=12)  # a window only on a text
 
 
 def test_a_resolved_name_is_recorded_as_given():
