@@ -275,7 +275,7 @@ def _check_text(c: TrainConfig) -> None:
 
     text = check_dataset(c.dataset)[0] in TEXT_DATASETS
     if text and c.model not in TEXT_MODELS and not is_ref(c.model):  # an own model may read character codes
-        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt, --model lstm or your own "
+        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt or --model lstm, or your own "
                          "module.path:function")
     if not text and c.model in TEXT_MODELS:
         raise ValueError(f"--model {c.model}: a character model; use --dataset shakespeare")
