@@ -90,8 +90,8 @@ def resolve(flag: str, ref: str) -> Callable:
         raise ValueError(f"{flag} {ref}: {where} has no {name!r}; define {name} there or name one of its functions")
     fn = getattr(module, name)
     if not callable(fn):
-        raise ValueError(f"{flag} {ref}: {module_name}.{name} is a {type(fn).__name__}, not a function; name a "
-                         "function that returns it")
+        raise ValueError(f"{flag} {ref}: {module_name}.{name} is not callable (its type: {type(fn).__name__}); name "
+                         "a function that returns what you need")
     return fn
 
 

@@ -278,6 +278,19 @@ def test_built_in_datasets_keep_their_meaning():
         TrainConfig(model="mytask:net", dataset="mytask:data", context=12)  # a window only on a text
 
 
+def test_toml_names_them_too(in_task, tmp_path, capsys):
+    """The same strings in a TOML file (flat or in the [run] table) run the job."""
+    from fdahpc.train import main
+
+    toml = tmp_path / "own.toml"
+    toml.write_text('model = "mytask:net"\n[run]\ndataset = "mytask:data"\npartition = "dirichlet:0.5"\n'
+                    '[training]\nmax-steps = 6\nbatch-size = 8\n')
+    assert main(["--config", str(toml), "--strategy", "fedavg", "--tau", "3", "--out", str(tmp_path / "t.h5")]) == 0
+    with h5py.File(tmp_path / "t.h5", "r") as f:
+        assert (f.attrs["model"], f.attrs["dataset"], f.attrs["steps"], f.attrs["syncs"]) == ("mytask:net", "mytask:data",
+                                                                                               6, 2)
+
+
 def test_a_resolved_name_is_recorded_as_given():
     cfg = TrainConfig(model="mytask:net", dataset="mytask:data", partition="dirichlet:0.5")  # nothing imported yet
     assert (cfg.model, cfg.dataset) == ("mytask:net", "mytask:data")
@@ -295,8 +308,8 @@ ERRORS = [
     (["--model", "mytask_broken:net"], r"--model mytask_broken:net: importing mytask_broken raised RuntimeError: "
                                        r"half-written module; fix the module"),
     (["--model", "mytask:nope"], r"--model mytask:nope: .*mytask\.py has no 'nope'; define nope there"),
-    (["--model", "mytask:NOT_A_FUNCTION"], r"--model mytask:NOT_A_FUNCTION: mytask\.NOT_A_FUNCTION is a int, not a "
-                                           r"function"),
+    (["--model", "mytask:NOT_A_FUNCTION"], r"--model mytask:NOT_A_FUNCTION: mytask\.NOT_A_FUNCTION is not callable "
+                                           r"\(its type: int\); name a function"),
     (["--model", "mytask:needs_width"], r"--model mytask:needs_width: its parameter 'width' has no default and fdahpc "
                                         r"passes only num_classes, input_shape \(by keyword\); give width a default"),
     (["--model", "mytask:net_raises"], r"--model mytask:net_raises: calling net_raises\(\) raised RuntimeError: no GPU "
