@@ -207,7 +207,8 @@ def test_the_dataset_is_what_the_function_returns_with_the_rows_asked_for(in_tas
     assert whole.x_train.dtype == np.float32 and whole.y_test.dtype == np.int64
     rows = np.array([5, 1, 399])
     part = load_dataset("mytask:data", train_indices=lambda y: rows, test_indices=lambda y: y[:0])
-    assert np.array_equal(part.x_train, arrays["x_train"][rows]) and np.array_equal(part.y_train, arrays["y_train"][rows])
+    assert np.array_equal(part.x_train, arrays["x_train"][rows])
+    assert np.array_equal(part.y_train, arrays["y_train"][rows])
     assert part.x_test.shape == (0, FEATURES) and part.num_classes == CLASSES  # classes from the whole set
     via_dir = load_dataset("mytask:data_in", data_dir=str(in_task[0]))
     assert np.array_equal(via_dir.x_test, arrays["x_test"])
@@ -287,8 +288,8 @@ def test_toml_names_them_too(in_task, tmp_path, capsys):
                     '[training]\nmax-steps = 6\nbatch-size = 8\n')
     assert main(["--config", str(toml), "--strategy", "fedavg", "--tau", "3", "--out", str(tmp_path / "t.h5")]) == 0
     with h5py.File(tmp_path / "t.h5", "r") as f:
-        assert (f.attrs["model"], f.attrs["dataset"], f.attrs["steps"], f.attrs["syncs"]) == ("mytask:net", "mytask:data",
-                                                                                               6, 2)
+        got = tuple(f.attrs[k] for k in ("model", "dataset", "steps", "syncs"))
+    assert got == ("mytask:net", "mytask:data", 6, 2)
 
 
 def test_a_resolved_name_is_recorded_as_given():
@@ -364,7 +365,7 @@ def _one_line(code, stderr, pattern, out):
     assert not os.path.exists(out)
 
 
-@pytest.mark.parametrize("args,pattern", ERRORS)
+@pytest.mark.parametrize("args,pattern", ERRORS, ids=[" ".join(args) for args, _ in ERRORS])
 def test_setup_error_is_one_line_exit_2_nothing_written(in_task, tmp_path, capsys, args, pattern):
     from fdahpc.train import main
 
@@ -440,8 +441,8 @@ def _walk_cases():
                   **({"tau": 3} if s in ("fedavg", "fedavgm", "fedadam", "fedadp", "diloco") else {}))
              for i, s in enumerate(STRATEGIES)]
     cases.append(dict(mode="sync", strategy="fedavg", tau=3, max_steps=12, partition="mix:1*iid+1*classes:2"))
-    cases += [dict(mode="semiasync", strategy=r, clients=6, buffer=3, rounds=4, partition=PARTITIONS[i % len(PARTITIONS)])
-              for i, r in enumerate(SEMIASYNC_RULES)]
+    cases += [dict(mode="semiasync", strategy=r, clients=6, buffer=3, rounds=4,
+                   partition=PARTITIONS[i % len(PARTITIONS)]) for i, r in enumerate(SEMIASYNC_RULES)]
     cases.append(dict(mode="semiasync", strategy="fedqs-sgd", clients=6, buffer=3, rounds=4,
                       partition="mix:3*iid+3*classes:1"))
     return cases
@@ -460,12 +461,14 @@ def test_every_strategy_and_rule_runs_the_own_task_on_two_ranks(task, tmp_path):
     for i, case in enumerate(cases):
         attrs, model = _read(tmp_path / f"run{i}.h5")
         assert attrs["status"] == "finished", case
-        assert (attrs["model"], attrs["dataset"], attrs["partition"]) == ("mytask:net", "mytask:data", case["partition"])
+        names = (attrs["model"], attrs["dataset"], attrs["partition"])
+        assert names == ("mytask:net", "mytask:data", case["partition"])
         assert np.isfinite(model).all() and attrs["final_accuracy"] > 0.2, (case, attrs["final_accuracy"])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args,pattern", [ERRORS[0], ERRORS[3], ERRORS[11]])
+@pytest.mark.parametrize("args,pattern", [ERRORS[0], ERRORS[3], ERRORS[11]],
+                         ids=["plain-name", "no-module", "output-size"])
 def test_setup_error_on_two_ranks_is_one_line_from_rank_0(task, tmp_path, args, pattern):
     """A name refused by the options' check, a module no rank can import, and a model that
     every rank finds wrong at setup: one line in all, exit code 2, nothing written."""
