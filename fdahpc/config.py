@@ -33,9 +33,11 @@ class TrainConfig:
     mode: str = _f("sync", "sync (every rank a worker, in lockstep) or semiasync (rank 0 serves, the others host --clients)")
     strategy: str | None = _f(None, "strategy (sync mode, default sketchfda) or aggregation rule (semiasync, default fedqs-avg); see --help")
     sync: str | None = _f(None, "sync: override the strategy's trigger: periodic, linear or sketch")
-    model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star, resnet18; on a text: gpt or lstm")
+    model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star, resnet18; on a text: gpt or lstm; or your own "
+                    "module.path:function returning an nn.Module (docs/own-model.md)")
     dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10, synthetic or synthetic:N (N training images), "
-                      "shakespeare (text; python -m fdahpc.data fetch shakespeare)")
+                      "shakespeare (text; python -m fdahpc.data fetch shakespeare); or your own module.path:function "
+                      "returning (x_train, y_train, x_test, y_test) (docs/own-model.md)")
     data_dir: str | None = _f(None, "folder with the dataset files (IDX or CIFAR-10 python batches)", resumable=True)
     partition: str = _f("iid", "iid, sorted:X, label:Y, dirichlet:ALPHA, classes:C, roles (a text's speaking roles) or mix:...")
     # Character models (--dataset shakespeare); defaults in fdahpc.models.TextModelOptions.
@@ -237,8 +239,12 @@ def _validate(c: TrainConfig) -> None:
     # so that importing config stays cheap.
     from .data import check_dataset, parse_partition
     from .models import MODELS
+    from .user import REF_FORM, is_ref
 
-    one_of("--model", c.model, MODELS)
+    # Own code (module.path:function) is only named here; it is imported and called at
+    # setup, on every rank (fdahpc.user), never when a run file's options are read back.
+    _require(c.model in MODELS or is_ref(c.model), f"--model {c.model!r}: unknown; choose one of {', '.join(MODELS)} "
+             f"or your own {REF_FORM} (docs/own-model.md)")
     try:
         check_dataset(c.dataset)
     except ValueError as exc:
@@ -296,10 +302,12 @@ def _check_text(c: TrainConfig) -> None:
     other kind is ignored."""
     from .data import TEXT_DATASETS, check_dataset
     from .models import TEXT_MODELS
+    from .user import is_ref
 
     text = check_dataset(c.dataset)[0] in TEXT_DATASETS
-    if text and c.model not in TEXT_MODELS:
-        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt or --model lstm")
+    if text and c.model not in TEXT_MODELS and not is_ref(c.model):  # an own model may read character codes
+        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt or --model lstm, or your own "
+                         "module.path:function")
     if not text and c.model in TEXT_MODELS:
         raise ValueError(f"--model {c.model}: a character model; use --dataset shakespeare")
     if not text and "roles" in c.partition:
@@ -307,7 +315,8 @@ def _check_text(c: TrainConfig) -> None:
                          "another partition")
     for name in ("context", "gpt_layers", "gpt_heads", "gpt_width"):
         users = TEXT_MODELS if name == "context" else ("gpt",)
-        if getattr(c, name) is not None and c.model not in users:
+        own_text = name == "context" and text and is_ref(c.model)  # an own model's window on a text
+        if getattr(c, name) is not None and c.model not in users and not own_text:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag}: only used with --model {' or '.join(users)}; drop {flag}")
     if text:

@@ -11,6 +11,7 @@
 - ``gpt``, ``lstm``: character models of a text (``--dataset shakespeare``), built by
   :func:`build_text_model`: a small decoder-only transformer, and LEAF's Shakespeare LSTM
   (the FedQS paper's text model).
+- ``module.path:function``: a user's own network (:func:`build_own_model`).
 
 Initialization follows the papers: the Keras-built models of the FDA paper
 (``lenet5``, ``vgg16star``) and the FedAdp models use Keras' default, Glorot-uniform
@@ -28,9 +29,10 @@ import torch
 from torch import nn
 
 from .options import TextModelOptions
+from .user import call, one_line
 
-__all__ = ["MODELS", "TEXT_MODELS", "TextModelOptions", "build_model", "build_text_model", "count_params",
-           "flat_outputs"]
+__all__ = ["MODELS", "TEXT_MODELS", "TextModelOptions", "build_model", "build_own_model", "build_text_model",
+           "count_params", "flat_outputs"]
 
 MODELS: tuple[str, ...] = ("lenet5", "lenet5bn", "mlr", "cnn", "vgg16star", "resnet18", "gpt", "lstm")
 TEXT_MODELS: tuple[str, ...] = ("gpt", "lstm")  # x: (B, T) character codes
@@ -284,3 +286,54 @@ def build_text_model(name: str, vocab: int, options: TextModelOptions = TextMode
         return CharLSTM(vocab)
     o = options
     return CharGPT(vocab, o.context, o.gpt_layers, o.gpt_heads, o.gpt_width)
+
+
+# ---------------------------------------------------------------------------- a user's own
+#: How many samples the output check feeds a user's model.
+OWN_CHECK_BATCH = 2
+
+
+def build_own_model(ref: str, sample_shape: tuple[int, ...], sample_dtype: torch.dtype, num_classes: int) -> nn.Module:
+    """``--model module.path:function``: the ``nn.Module`` the function returns, checked.
+
+    The function is offered ``num_classes`` (the dataset's) and ``input_shape`` (one
+    sample's shape, e.g. ``(1, 28, 28)``) and gets those it names (:mod:`fdahpc.user`). It
+    draws its initial weights from torch's global generator, seeded by the caller, so every
+    rank builds the same model. The check: float32 parameters (the flat buffer every
+    strategy communicates is float32), and on a batch of :data:`OWN_CHECK_BATCH` zero
+    samples of the dataset's shape and dtype, in eval mode without gradients (so
+    BatchNorm statistics do not move; lazy layers take their size from it, as they would
+    from a first training batch), logits of shape (batch, num_classes). Zeros, not real
+    samples: every rank has them (the semi-asynchronous server holds no training rows, the
+    hosts no test rows), so every rank reaches the same verdict.
+    """
+    model = call("--model", ref, {"num_classes": num_classes, "input_shape": tuple(sample_shape)})
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"--model {ref}: returned a {type(model).__name__}, not a torch.nn.Module; return the network "
+                         "(e.g. nn.Sequential(...))")
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point() and t.dtype != torch.float32:
+            raise ValueError(f"--model {ref}: {name} is {t.dtype}; fdahpc communicates float32, return model.float()")
+    batch = torch.zeros((OWN_CHECK_BATCH, *sample_shape), dtype=sample_dtype)
+    shown = f"{OWN_CHECK_BATCH} samples of shape {tuple(sample_shape)} ({str(sample_dtype).replace('torch.', '')})"
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(batch)
+    except Exception as exc:
+        raise ValueError(f"--model {ref}: on a batch of {shown} it raised {one_line(exc)}; "
+                         "make it take the dataset's samples") from None
+    finally:
+        model.train(training)
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"--model {ref}: on a batch of {shown} it returned a {type(out).__name__}; return the "
+                         "logits tensor from forward")
+    if tuple(out.shape) != (OWN_CHECK_BATCH, num_classes):
+        raise ValueError(f"--model {ref}: on a batch of {shown} it returned shape {tuple(out.shape)}, but the dataset "
+                         f"has {num_classes} classes; return logits of shape ({OWN_CHECK_BATCH}, {num_classes}) (its "
+                         f"last layer: {num_classes} outputs)")
+    if count_params(model) == 0:  # after the forward pass, which sizes lazy layers
+        raise ValueError(f"--model {ref}: the network has no trainable parameters; give it at least one layer "
+                         "with weights")
+    return model

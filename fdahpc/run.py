@@ -220,7 +220,8 @@ def mode_of(name: str) -> Mode:
 def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None):
     """The dataset of ``cfg``, with the training rows ``train_indices(labels)`` picks for this
     rank (and the test rows ``test_indices(labels)`` picks; all when None, or ``--eval-samples``
-    rows spread evenly over the test set)."""
+    rows spread evenly over the test set). ``--dataset module.path:function`` is called here,
+    on every rank, through the same readers (:func:`fdahpc.data.load_dataset`)."""
     import numpy as np
 
     from .config import text_options
@@ -238,15 +239,25 @@ def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None
 
 
 def new_model(cfg, data):
-    """The run's initial model, the same on every rank and device (built on the CPU from the seed)."""
+    """The run's initial model, the same on every rank and device (built on the CPU from the seed):
+    a built-in one, or ``--model module.path:function``'s, checked on the data's sample shape."""
+    import numpy as np
     import torch
 
     from .config import text_options
-    from .models import build_model, build_text_model
+    from .models import build_model, build_own_model, build_text_model
+    from .user import is_ref
 
     torch.manual_seed(cfg.seed)
+    shape = tuple(data.x_train.shape[1:])
+    if is_ref(cfg.model):
+        dtype = torch.int64 if np.issubdtype(data.x_train.dtype, np.integer) else torch.float32
+        return build_own_model(cfg.model, shape, dtype, data.num_classes)
     if data.vocab:
         return build_text_model(cfg.model, data.num_classes, text_options(cfg))
+    if data.own and (len(shape) != 3 or shape[1] != shape[2] or data.x_train.dtype != np.float32):
+        raise ValueError(f"--model {cfg.model}: takes square float images (N, C, H, H); --dataset {cfg.dataset} "
+                         f"has {data.x_train.dtype} samples of shape {shape}; use your own --model module.path:function")
     return build_model(cfg.model, data.x_train.shape[1], data.x_train.shape[2], data.num_classes)
 
 

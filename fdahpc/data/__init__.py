@@ -2,7 +2,8 @@
 
 `load_dataset` reads one dataset into memory, keeping only the training rows a rank
 needs; `partition` decides those rows, identically on every rank, from a spec string
-such as ``iid``, ``sorted:50``, ``dirichlet:0.5`` or ``mix:5*iid+5*classes:2``.
+such as ``iid``, ``sorted:50``, ``dirichlet:0.5`` or ``mix:5*iid+5*classes:2``. A
+user's own dataset is a name ``module.path:function`` (docs/own-model.md).
 """
 
 from .partition import PARTITION_KINDS, PartitionSpec, parse_partition, partition

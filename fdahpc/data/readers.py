@@ -9,6 +9,10 @@ The test set is always loaded in full; the trainer shards evaluation itself.
 
 Pixels are scaled to [0, 1] and standardized with fixed, published per-dataset statistics
 (not statistics of the local shard), so every rank applies the same transform.
+
+A user's own dataset, ``--dataset module.path:function`` (:mod:`fdahpc.user`), is the
+tuple ``(x_train, y_train, x_test, y_test)`` its function returns, checked and kept as
+given (no normalization: the function's samples are what its model expects).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import contextlib
 import gzip
 import os
 import pickle
+import sys
 import zlib
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -26,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from ..streams import SYNTHETIC, stream
+from ..user import REF_FORM, call, is_ref
 
 __all__ = ["DATASETS", "TEXT_DATASETS", "FASHION_MNIST_DIR", "Dataset", "load_dataset", "check_dataset",
            "read_idx", "read_idx_shape", "read_cifar_batch"]
@@ -49,7 +55,8 @@ TrainIndices = Callable[[np.ndarray], np.ndarray]
 class Dataset:
     """Train and test images, float32 (N, C, H, W) normalized, labels int64 (N,); or, for a
     text (``vocab`` set), character windows (:class:`fdahpc.data.text.TokenWindows`) and
-    their targets, ``num_classes`` the vocabulary's size."""
+    their targets, ``num_classes`` the vocabulary's size; or, for a user's own dataset
+    (``own``), samples of any shape (N, ...), float32 or int64 (e.g. an embedding's codes)."""
 
     name: str
     x_train: np.ndarray
@@ -58,11 +65,17 @@ class Dataset:
     y_test: np.ndarray
     num_classes: int
     vocab: str = ""
+    own: bool = False
 
     def __post_init__(self) -> None:
         if self.vocab:
             return  # built by fdahpc.data.text, which checks its own shapes
         for x, y, split in ((self.x_train, self.y_train, "train"), (self.x_test, self.y_test, "test")):
+            if self.own:
+                if x.dtype not in (np.float32, np.int64) or x.ndim < 2 or y.dtype != np.int64 or y.shape != (len(x),):
+                    raise ValueError(f"dataset {self.name!r}: {split} split must be float32 or int64 (N, ...) "
+                                     f"samples and int64 (N,) labels, got {x.dtype} {x.shape} and {y.dtype} {y.shape}")
+                continue
             if x.dtype != np.float32 or x.ndim != 4 or y.dtype != np.int64 or y.shape != (len(x),):
                 raise ValueError(f"dataset {self.name!r}: {split} split must be float32 (N, C, H, W) "
                                  f"images and int64 (N,) labels, got {x.dtype} {x.shape} and "
@@ -88,6 +101,8 @@ def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
     loaders = {"mnist5k": _load_mnist5k, "mnist": _load_mnist, "fashion-mnist": _load_fashion,
                "cifar10": _load_cifar10, "synthetic": _load_synthetic}
     base, size = check_dataset(name)
+    if is_ref(base):
+        return _load_own(name, data_dir, seed, train_indices, test_indices)
     if base in TEXT_DATASETS:
         from .shakespeare import load_corpus
         from .text import windows_of
@@ -106,12 +121,17 @@ def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
 
 
 def check_dataset(name: str) -> tuple[str, int | None]:
-    """``(name, None)`` for a dataset of `DATASETS`, ``("synthetic", N)`` for ``synthetic:N``
-    (N training images, e.g. for more simulated clients than a real set has samples);
-    ``ValueError`` naming the fix otherwise."""
+    """``(name, None)`` for a dataset of `DATASETS` or a user's own ``module.path:function``,
+    ``("synthetic", N)`` for ``synthetic:N`` (N training images, e.g. for more simulated
+    clients than a real set has samples); ``ValueError`` naming the fix otherwise. A name
+    before the colon that is a built-in dataset's is read as that dataset's (a module of
+    that name cannot be named)."""
     base, sized, size = name.partition(":")
+    if base not in DATASETS and is_ref(name):
+        return name, None
     if base not in DATASETS or (sized and base != "synthetic"):
-        raise ValueError(f"dataset {name!r}: unknown; use one of {', '.join(DATASETS)} or synthetic:N, e.g. mnist5k")
+        raise ValueError(f"dataset {name!r}: unknown; use one of {', '.join(DATASETS)}, synthetic:N or your own "
+                         f"{REF_FORM} (docs/own-model.md), e.g. mnist5k")
     if not sized:
         return base, None
     if not size.isdigit() or int(size) < 10:
@@ -419,3 +439,82 @@ def _load_synthetic(data_dir, seed, keep, n_train: int = 4000, n_test: int = 100
     x_train, y_train = _synthetic_images(rng, n_train, prototypes, keep)
     x_test, y_test = _synthetic_images(rng, n_test, prototypes)
     return Dataset("synthetic", x_train, y_train, x_test, y_test, num_classes=_NUM_CLASSES)
+
+
+# ---------------------------------------------------------------------------- a user's own
+_SPLITS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def _own_array(value, what: str, name: str) -> np.ndarray:
+    """A returned NumPy array or torch tensor as an array (a tensor's memory is shared)."""
+    torch = sys.modules.get("torch")  # a tensor exists only if torch was imported
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"--dataset {name}: {what} is a {type(value).__name__}; return NumPy arrays or torch tensors")
+    return value
+
+
+def _own_samples(x: np.ndarray, what: str, name: str) -> np.ndarray:
+    """float32 samples (int64 for integer ones, e.g. an embedding's codes), at least (N, 1)."""
+    if x.ndim < 2:
+        raise ValueError(f"--dataset {name}: {what} has shape {x.shape}; give one row per sample, (N, ...) "
+                         "(one value a sample: x.reshape(-1, 1))")
+    if np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float32, copy=False)
+        if not np.isfinite(x).all():
+            raise ValueError(f"--dataset {name}: {what} holds NaN or Inf; clean or drop those samples")
+        return x
+    if np.issubdtype(x.dtype, np.integer) and not np.issubdtype(x.dtype, np.bool_):
+        return x.astype(np.int64, copy=False)
+    raise ValueError(f"--dataset {name}: {what} has dtype {x.dtype}; return float samples (or integer codes)")
+
+
+def _own_labels(y: np.ndarray, n: int, what: str, name: str) -> np.ndarray:
+    """int64 class ids 0..C-1, one per sample."""
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.bool_):
+        raise ValueError(f"--dataset {name}: {what} is {y.dtype} {y.shape}; labels must be integer class ids, "
+                         "shape (N,) (e.g. y.astype(np.int64), or y.argmax(1) for one-hot rows)")
+    if len(y) != n:
+        raise ValueError(f"--dataset {name}: {n} samples in x_{what[2:]} but {len(y)} labels in {what}; "
+                         "return one label per sample")
+    if len(y) and y.min() < 0:
+        raise ValueError(f"--dataset {name}: {what} holds the negative label {y.min()}; labels must be class ids "
+                         "0..C-1 (e.g. np.unique(y, return_inverse=True)[1])")
+    return y.astype(np.int64, copy=False)
+
+
+def _load_own(name: str, data_dir, seed: int, keep: TrainIndices | None, keep_test: TrainIndices | None) -> Dataset:
+    """``--dataset module.path:function``: its ``(x_train, y_train, x_test, y_test)``, checked,
+    with the rows ``keep`` and ``keep_test`` select. The function is offered ``data_dir``
+    (``--data-dir``, which it must take when given) and ``seed`` (the run's). Every rank
+    calls it and gets the whole set, so the partition and the number of classes
+    (the largest label + 1, over both splits) are the same on every rank."""
+    got = call("--dataset", name, {"data_dir": data_dir, "seed": seed},
+               given={"data_dir": "--data-dir"} if data_dir is not None else None)
+    if not isinstance(got, (tuple, list)) or len(got) != 4:
+        kind = f"a {type(got).__name__} of {len(got)}" if isinstance(got, (tuple, list)) else f"a {type(got).__name__}"
+        raise ValueError(f"--dataset {name}: returned {kind}; return the tuple (x_train, y_train, x_test, y_test)")
+    x_train, y_train, x_test, y_test = (_own_array(v, what, name) for v, what in zip(got, _SPLITS))
+    x_train, x_test = _own_samples(x_train, "x_train", name), _own_samples(x_test, "x_test", name)
+    y_train = _own_labels(y_train, len(x_train), "y_train", name)
+    y_test = _own_labels(y_test, len(x_test), "y_test", name)
+    if x_test.shape[1:] != x_train.shape[1:]:
+        raise ValueError(f"--dataset {name}: test samples have shape {x_test.shape[1:]}, training samples "
+                         f"{x_train.shape[1:]}; return both splits with the same sample shape")
+    if x_test.dtype != x_train.dtype:
+        raise ValueError(f"--dataset {name}: x_train is {x_train.dtype} but x_test {x_test.dtype}; return both "
+                         "as floats (or both as integer codes)")
+    if len(y_train) == 0 or len(y_test) == 0:
+        raise ValueError(f"--dataset {name}: {len(y_train)} training and {len(y_test)} test samples; return at "
+                         "least one of each")
+    num_classes = int(max(y_train.max(), y_test.max())) + 1
+    if num_classes < 2:
+        raise ValueError(f"--dataset {name}: every label is 0; a classifier needs at least two classes")
+    rows, test_rows = _select(keep, y_train, name), _select(keep_test, y_test, name)
+    if rows is not None:
+        x_train, y_train = x_train[rows], y_train[rows]
+    if test_rows is not None:
+        x_test, y_test = x_test[test_rows], y_test[test_rows]
+    return Dataset(name, np.ascontiguousarray(x_train), np.ascontiguousarray(y_train), np.ascontiguousarray(x_test),
+                   np.ascontiguousarray(y_test), num_classes=num_classes, own=True)
