@@ -130,3 +130,13 @@ def test_toml_is_walked_like_the_command_line(tmp_path):
     f.write_text('strategy = "fedavg"\n[fedqs]\nfedqs-a = 0.9\n')
     with pytest.raises(ValueError, match=r"^--fedqs-a: only used with --mode semiasync"):
         parse_args(["--config", str(f)])
+
+
+def test_the_configuration_is_a_light_leaf():
+    """``import fdahpc.config`` imports no mode, no strategy, no model and not torch."""
+    import subprocess
+    import sys
+
+    probe = "import fdahpc.config, sys; print(sorted(m for m in sys.modules if m.startswith('fdahpc') or m in ('torch', 'numpy', 'mpi4py')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert eval(out) == ["fdahpc", "fdahpc.config", "fdahpc.options", "fdahpc.theta"], out
