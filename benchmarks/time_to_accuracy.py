@@ -50,7 +50,8 @@ import _common  # noqa: F401
 from _common import REPO_ROOT, print_report
 from cost_model import COLLECTIVES, FABRICS, fabric_alpha_beta
 import frontier
-from frontier import FDA
+import frontier_analysis
+from frontier_analysis import FDA
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -231,8 +232,8 @@ def markdown(summaries: dict[tuple[str, float], tuple[list[str], list[str]]], po
             "LinearFDA auto-once (1 ep) / cheapest tuned Θ", "FedAvg/FDA time " + " / ".join(short[f] for f in FABRICS),
             "fastest on " + " / ".join(short[f] for f in FABRICS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    auto = "linearfda auto-once (1 ep) "  # frontier.read_points names the one-calibration rule so
-    for setting, target, steps, leads, verdict, _, _, checks in frontier.regimes(points):
+    auto = "linearfda auto-once (1 ep) "  # frontier_analysis.read_points names the one-calibration rule so
+    for setting, target, steps, leads, verdict, _, _, checks in frontier_analysis.regimes(points):
         check = next((c[len(auto):] for c in checks.split("; ") if c.startswith(auto)), "-")
         winners, ratio = summaries.get((setting, float(target)), (["-"] * len(FABRICS), ["-"] * len(FABRICS)))
         fastest_ = " / ".join(w.partition(" (")[0] for w in winners)
@@ -532,7 +533,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     compute = compute_per_step(args.scaling)
     with open(args.frontier, newline="") as fh:
-        runs = [dict(r, knob=frontier.current_knob(r["knob"])) for r in csv.DictReader(fh) if r["reached"] == "True"]
+        runs = [dict(r, knob=frontier_analysis.current_knob(r["knob"])) for r in csv.DictReader(fh) if r["reached"] == "True"]
     params: dict[str, int] = {}
     for model in dict.fromkeys(r["model"] for r in runs):
         if model in args.known:
@@ -561,7 +562,7 @@ def main(argv=None) -> int:
                          ["fabric", "family's fastest run", "steps", "model syncs", "seconds", ""], table,
                          "model syncs: model AllReduces to the target, from the run's measured bytes; seconds: modelled")
     if args.markdown:
-        print("\n".join(markdown(summaries, frontier.read_points([args.frontier]))))
+        print("\n".join(markdown(summaries, frontier_analysis.read_points([args.frontier]))))
         return 0
     names = list(FABRICS)
     print_report("Fastest family per setting, target and fabric (its lead over the runner-up), and FedAvg's fastest "

@@ -191,11 +191,11 @@ def test_scaling_quick_run_measures_and_projects(tmp_path):
 
 
 def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(capsys):
-    import frontier
+    import frontier_analysis
 
     run = {"eval/step": [100, 200, 300], "eval/accuracy": [0.85, 0.881, 0.905], "eval/comm_bytes": [1e6, 2e6, 4e6]}
-    assert frontier.crossing(run, 0.88) == (200, 0.002) and frontier.crossing(run, 0.90) == (300, 0.004)
-    assert frontier.crossing(run, 0.95) is None
+    assert frontier_analysis.crossing(run, 0.88) == (200, 0.002) and frontier_analysis.crossing(run, 0.90) == (300, 0.004)
+    assert frontier_analysis.crossing(run, 0.95) is None
 
     def pt(family, knob, steps, gb, reached=True):
         return dict(setting="s", target=0.9, family=family, knob=knob, auto=knob.startswith("auto"), reached=reached,
@@ -205,9 +205,9 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
            pt("fedavg-sgd", "1 ep, sgd 0.05", 1450, 0.012),
            pt("linearfda", "Θ=4", 1100, 0.008), pt("linearfda", "Θ=16", 1400, 0.006), pt("linearfda", "Θ=64", 1600, 0.0055),
            pt("linearfda", "Θ=2", 900, 0.05), pt("linearfda", "auto (1 ep)", 1300, 0.009), pt("sketchfda", "Θ=8", 1000, 0.3, False)]
-    assert [p["knob"] for p in frontier.pareto([p for p in pts if p["family"] == "linearfda"])] == ["Θ=2", "Θ=4", "Θ=16", "Θ=64"]  # auto: Θ=4 beats it in both
-    assert frontier.cheapest_within(pts[4:9], 1450)["knob"] == "Θ=16"
-    verdicts = frontier.report(pts)
+    assert [p["knob"] for p in frontier_analysis.pareto([p for p in pts if p["family"] == "linearfda"])] == ["Θ=2", "Θ=4", "Θ=16", "Θ=64"]  # auto: Θ=4 beats it in both
+    assert frontier_analysis.cheapest_within(pts[4:9], 1450)["knob"] == "Θ=16"
+    verdicts = frontier_analysis.report(pts)
     text = capsys.readouterr().out
     # 1 ep (0.02 GB): Θ=4 in fewer steps at 0.008 -> 2.5x; 2 ep (0.01): Θ=16 at 0.006 -> 1.67x, not dominated
     assert "FDA dominates 1 of 2 FedAvg points" in "\n".join(verdicts)
@@ -218,45 +218,46 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     line = next(v for v in verdicts if "linearfda auto (1 ep)" in v)
     assert "1.64x its GB" in line and "Θ=4 0.0080 GB (1.12x)" in line and "auto check missed" in line
     best = pts[6]  # Θ=64: 1600 steps, 0.0055 GB
-    assert frontier.auto_check(dict(steps=1760, gb=0.00825), best)  # exactly 1.1x the steps, 1.5x the bytes
-    assert not frontier.auto_check(dict(steps=1761, gb=0.0055), best) and not frontier.auto_check(dict(steps=1000, gb=0.0083), best)
+    assert frontier_analysis.auto_check(dict(steps=1760, gb=0.00825), best)  # exactly 1.1x the steps, 1.5x the bytes
+    assert not frontier_analysis.auto_check(dict(steps=1761, gb=0.0055), best) and not frontier_analysis.auto_check(dict(steps=1000, gb=0.0083), best)
     # the FDA paper's SGD FedAvg: reported apart (Θ=16 in <= 1450 steps: 0.012 / 0.006 = 2x), not counted above
     # FDA's lead, at each FDA budget against FedAvg's cheapest within 1.1x it: 1100 and 1300 -> 1 ep (0.02) / 0.008
     # = 2.5, 1400 -> 2 ep (0.01, 1500 <= 1540) / 0.006, 1600 -> 0.01 / 0.0055 (900: no FedAvg within 990); best 2.5.
     # FedAvg's: 1200 -> 0.02 against Θ=4's 0.008 within 1320 (0.4), 1500 -> 0.01 against Θ=64's 0.0055 within 1650
-    (fda_lead, w, l), (fedavg_lead, _, _) = frontier.frontier_leads([p for p in pts if p["reached"]])
+    (fda_lead, w, l), (fedavg_lead, _, _) = frontier_analysis.frontier_leads([p for p in pts if p["reached"]])
     assert fda_lead == 2.5 and fedavg_lead == pytest.approx(0.55)
     assert (w["knob"], l["knob"]) == ("Θ=4", "1 ep")  # the first budget with the best ratio: the pair to confirm
-    assert frontier.screen_verdict(fda_lead, fedavg_lead) == "FDA ahead"
-    assert frontier.screen_verdict(0.9, 1.6) == "FDA behind" and frontier.screen_verdict(1.6, 1.6) == "mixed"
-    assert frontier.screen_verdict(1.5, 1.5) == "even" and frontier.screen_verdict(None, 2.0) == "FDA behind"
-    assert frontier.screen_verdict(None, None) == "no shared budget"
+    assert frontier_analysis.screen_verdict(fda_lead, fedavg_lead) == "FDA ahead"
+    assert frontier_analysis.screen_verdict(0.9, 1.6) == "FDA behind" and frontier_analysis.screen_verdict(1.6, 1.6) == "mixed"
+    assert frontier_analysis.screen_verdict(1.5, 1.5) == "even" and frontier_analysis.screen_verdict(None, 2.0) == "FDA behind"
+    assert frontier_analysis.screen_verdict(None, None) == "no shared budget"
     # the slack: FedAvg 1 ep one evaluation later than an FDA run no longer counts as beaten
     near = [pt("fedavg", "1 ep", 1050, 0.02), pt("linearfda", "Θ=4", 1000, 0.008)]
-    assert [x[0] for x in frontier.frontier_leads(near)] == pytest.approx([2.5, 0.4])
+    assert [x[0] for x in frontier_analysis.frontier_leads(near)] == pytest.approx([2.5, 0.4])
     # FedAvg reaching the target before its first sync (0 GB) leads without bound, not by a division error
     free = [pt("fedavg", "8 ep", 1000, 0.0), pt("linearfda", "Θ=64", 1000, 0.004)]
-    assert frontier.frontier_leads(free)[1][0] == math.inf and frontier.screen_verdict(0.0, math.inf) == "FDA behind"
-    row = frontier.regimes(pts)[0]
+    assert frontier_analysis.frontier_leads(free)[1][0] == math.inf and frontier_analysis.screen_verdict(0.0, math.inf) == "FDA behind"
+    row = frontier_analysis.regimes(pts)[0]
     assert row[2:5] == ["900 / 1200", "2.50x (Θ=4 vs 1 ep, 1 seed) / 0.55x (2 ep vs Θ=64, 1 seed)", "FDA ahead"]
-    assert frontier.seed_count(dict(seeds=3), dict(seeds=3)) == "3 seeds"
-    assert frontier.seed_count(dict(seeds=3), dict(seeds=1)) == "3/1 seeds"
+    assert frontier_analysis.seed_count(dict(seeds=3), dict(seeds=3)) == "3 seeds"
+    assert frontier_analysis.seed_count(dict(seeds=3), dict(seeds=1)) == "3/1 seeds"
     assert row[6] == "Θ=64 (grid top)"  # the cheapest tuned LinearFDA is the largest Θ tried
     missed = [dict(p, reached=False) if p["knob"] == "Θ=64" else p for p in pts]
-    assert frontier.cheapest_theta_edge(missed) == "Θ=16 (reach edge)"  # Θ=64 missed: 16 is as far as the cap allows
+    assert frontier_analysis.cheapest_theta_edge(missed) == "Θ=16 (reach edge)"  # Θ=64 missed: 16 is as far as the cap allows
     cheap16 = [dict(p, gb=0.005) if p["knob"] == "Θ=16" else p for p in pts]
-    assert frontier.cheapest_theta_edge(cheap16) == "Θ=16 (inside)" and frontier.cheapest_theta_edge(pts[:4]) == "-"
+    assert frontier_analysis.cheapest_theta_edge(cheap16) == "Θ=16 (inside)" and frontier_analysis.cheapest_theta_edge(pts[:4]) == "-"
     # an auto run where no tuned Θ of its trigger reached the target: reported, neither met nor missed
     lone = [pt("fedavg", "1 ep", 1200, 0.02), pt("linearfda", "Θ=64", 3000, 0.004, False), pt("linearfda", "auto (1 ep)", 2500, 0.01)]
-    assert frontier.regimes(lone)[0][7] == "linearfda auto (1 ep) reached it (2500 steps, 0.0100 GB) where no tuned Θ did: no check"
+    assert frontier_analysis.regimes(lone)[0][7] == "linearfda auto (1 ep) reached it (2500 steps, 0.0100 GB) where no tuned Θ did: no check"
     assert any(v.endswith("linearfda auto (1 ep) not reached, nor by any tuned Θ: no check")
-               for v in frontier.report([dict(p, reached=False) for p in lone[1:]] + lone[:1]))
+               for v in frontier_analysis.report([dict(p, reached=False) for p in lone[1:]] + lone[:1]))
     paper = next(v for v in verdicts if "FDA paper's comparison" in v)
     assert "fedavg-sgd 1 ep, sgd 0.05 1450 steps 0.0120 GB" in paper and "linearfda Θ=16 0.0060 GB (2.00x fewer bytes)" in paper
 
 
 def test_frontier_settings_carry_the_local_optimizer_into_every_run():
     import frontier
+    import frontier_analysis
 
     s = frontier.parse_setting("lenet5/mix:2*iid+2*classes:2@8/momentum:0.05=0.85;0.9")
     assert (s.partition, s.workers, s.optimizer, s.lr, s.targets) == ("mix:2*iid+2*classes:2", 8, "momentum", 0.05, "0.85,0.9")
@@ -272,7 +273,7 @@ def test_frontier_settings_carry_the_local_optimizer_into_every_run():
     sgd = [j for j in jobs if "--optimizer" in j.flags]
     assert len(sgd) == 1 and "--local-epochs 1 --optimizer sgd --lr 0.05" in " ".join(sgd[0].flags)
     row = dict(family="fedavg", entry="fedavg:local-epochs=1:optimizer=sgd:lr=0.05", theta="")
-    assert (frontier.family_of(row), frontier.knob_of(row)) == ("fedavg-sgd", "1 ep, sgd 0.05")
+    assert (frontier_analysis.family_of(row), frontier_analysis.knob_of(row)) == ("fedavg-sgd", "1 ep, sgd 0.05")
     with pytest.raises(SystemExit):
         frontier.parse(["--settings", "lenet5/iid@4/sgd:0.1", "--paper-baseline", "0.05"])
     for bad, message in [("lenet5/iid@4/sgd", "OPTIMIZER:LR"), ("lenet5/iid@4/rmsprop:0.1", "optimizer 'rmsprop' unknown"),
@@ -285,6 +286,7 @@ def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path,
     """The CSV is what outlives a machine: a report rebuilt from it equals the original, and a
     new run replaces the same point or adds its own."""
     import frontier
+    import frontier_analysis
 
     def pt(family, knob, steps, gb, target=0.9):
         return dict(setting="lenet5/iid@4", model="lenet5", partition="iid", workers=4, optimizer="adam", lr=0.001,
@@ -294,18 +296,18 @@ def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path,
     old = [pt("fedavg", "1 ep", 1200, 0.02), pt("linearfda", "Θ=4", 1100, 0.008)]
     path = tmp_path / "old.csv"
     with open(path, "w", newline="") as fh:
-        w = frontier.csv.DictWriter(fh, fieldnames=frontier.FIELDS)
+        w = frontier.csv.DictWriter(fh, fieldnames=frontier_analysis.FIELDS)
         w.writeheader()
         w.writerows(old)
-    back = frontier.read_points([str(path)])
+    back = frontier_analysis.read_points([str(path)])
     assert back == old  # typed as points() makes them
-    frontier.report(back)
+    frontier_analysis.report(back)
     first = capsys.readouterr().out
-    frontier.report(old)
+    frontier_analysis.report(old)
     assert capsys.readouterr().out == first
     again = pt("linearfda", "Θ=4", 1000, 0.007)
     paper = dict(pt("fedavg-sgd", "1 ep, sgd 0.1", 1500, 0.02))
-    assert frontier.merge(back, [again, paper]) == [old[0], again, paper]
+    assert frontier_analysis.merge(back, [again, paper]) == [old[0], again, paper]
 
     args = frontier.parse(["--settings", "lenet5/iid@4", "--paper-baseline", "0.1", "--only", "paper,synchronous",
                            "--merge", str(path)])
@@ -742,7 +744,7 @@ def test_an_overhead_goal_is_judged_only_when_the_ratios_stand_clear_of_the_nois
 
 
 def test_one_theta_for_every_target_is_named_or_ruled_out():
-    import frontier
+    import frontier_analysis
 
     def pt(setting, knob, target, steps, gb, reached=True):
         return dict(setting=setting, family="linearfda", auto=False, knob=knob, target=target, reached=reached,
@@ -754,7 +756,17 @@ def test_one_theta_for_every_target_is_named_or_ruled_out():
         pt("b", "Θ=8", 0.8, 300, 0.12), pt("b", "Θ=16", 0.8, 300, 0.1),
         pt("b", "Θ=8", 0.85, 500, 0.2), pt("b", "Θ=16", 0.85, 900, 0.1, reached=False),
         pt("c", "Θ=8", 0.8, 300, 0.1)]  # one target: no row
-    rows = {r[0]: r for r in frontier.target_blind(pts)}
+    rows = {r[0]: r for r in frontier_analysis.target_blind(pts)}
     assert set(rows) == {"a", "b"}
     assert rows["a"][1:] == ["0.8: Θ=4, 0.85: Θ=1", "none"]
     assert rows["b"][1:] == ["0.8: Θ=16, 0.85: Θ=8", "Θ=8"]
+
+
+def test_benchmarks_run_as_modules_from_the_repository_root():
+    """``python -m benchmarks.NAME`` finds the scripts' siblings (``_common``, ``comm_cost``)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.frontier", "--help"], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "usage: frontier.py" in proc.stdout, proc.stderr[-2000:]

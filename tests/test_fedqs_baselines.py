@@ -68,7 +68,7 @@ def test_clip_off_and_above_the_norm_change_nothing():
     (["--clip-grad-norm", "-1", "--mode", "semiasync"], "--clip-grad-norm -1.0: must be a positive finite"),
     (["--clip-grad-norm", "0"], "--clip-grad-norm 0.0: must be a positive finite"),
     (["--mode", "semiasync", "--fedqs-val-fraction", "0.1"], "--fedqs-val-fraction: removed"),
-    (["--mode", "semiasync", "--strategy", "mstep", "--weighting", "samples"], "only fedavg and fedsgd take it"),
+    (["--mode", "semiasync", "--strategy", "mstep", "--weighting", "samples"], "--weighting: --strategy mstep does not read it (read by --strategy fedavg, fedsgd)"),
     (["--mode", "semiasync", "--fedqs-feedback", "exact"], "--fedqs-feedback 'exact': unknown"),
     (["--mode", "semiasync", "--fedqs-variant", "code"], "--fedqs-variant 'code'"),
     (["--mode", "semiasync", "--fedqs-authors-momentum"], "--fedqs-authors-momentum True: is the authors' variant's"),
