@@ -17,6 +17,7 @@ import torch
 
 from ..comm import Communicator
 from ..options import NoOptions, SketchShape
+from ..registry import registrar
 from .participation import Participation
 
 __all__ = ["BuildContext", "Trigger", "Rule", "TRIGGERS", "RULES", "trigger", "rule", "Synchronizer"]
@@ -141,26 +142,10 @@ TRIGGERS: dict[str, type[Trigger]] = {}
 RULES: dict[str, type[Rule]] = {}
 
 
-def _registrar(registry: dict, base: type, kind: str) -> Callable[[str], Callable[[type], type]]:
-    def register(name: str) -> Callable[[type], type]:
-        def add(cls: type) -> type:
-            if not issubclass(cls, base):
-                raise TypeError(f"@{kind}({name!r}): {cls.__name__} must subclass {base.__name__}")
-            if name in registry:
-                raise ValueError(f"@{kind}({name!r}): the name is taken by {registry[name].__name__}")
-            cls.name = name
-            registry[name] = cls
-            return cls
-
-        return add
-
-    return register
-
-
 #: ``@trigger("name")`` above a :class:`Trigger` subclass makes it ``--sync name``.
-trigger = _registrar(TRIGGERS, Trigger, "trigger")
+trigger = registrar(TRIGGERS, Trigger, "trigger")
 #: ``@rule("name")`` above a :class:`Rule` subclass registers it for presets.
-rule = _registrar(RULES, Rule, "rule")
+rule = registrar(RULES, Rule, "rule")
 
 
 class Synchronizer:
