@@ -88,7 +88,7 @@ def _threshold_trigger(strategy: str, sync: str | None) -> bool:
 
     if strategy not in PRESETS or (sync is not None and sync not in TRIGGERS):
         return False  # a run file from another version: no label is better than a wrong one
-    return trigger_of(strategy, sync).threshold
+    return trigger_of(strategy, sync).theta_driven
 
 
 def _config(attrs) -> dict:
