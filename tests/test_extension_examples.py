@@ -228,7 +228,8 @@ def test_the_docs_buffer_rule_runs_a_semiasync_job(tmp_path):
     out = tmp_path / "f.h5"
     proc = run_python([str(script), "--mode", "semiasync", "--strategy", "freshest", "--dataset", "mnist5k",
                        "--model", "lenet5", "--batch-size", "16", "--clients", "6", "--buffer", "3", "--rounds", "5",
-                       "--tau", "2", "--speed-ratio", "10", "--log-every", "1000", "--out", str(out)], ranks=2, timeout=180)
+                       "--tau", "2", "--speed-ratio", "10", "--log-every", "1000", "--out", str(out)],
+                      ranks=2, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with h5py.File(out) as f:
         assert f.attrs["rounds_done"] == 5 and np.isfinite(f["final/model"][:]).all()
