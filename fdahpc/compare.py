@@ -22,15 +22,6 @@ import numpy as np
 
 __all__ = ["compare", "main"]
 
-_SERIES = {"sync": ("sync/step", ("eval/accuracy", "eval/loss")),
-           "semiasync": ("round/version", ("round/accuracy", "round/loss"))}
-
-
-def _mode(attrs) -> str:
-    mode = attrs.get("mode", "sync")
-    return mode.decode() if isinstance(mode, bytes) else str(mode)
-
-
 def _kernels(attrs) -> dict | None:
     from .provenance import segments_of
 
@@ -42,16 +33,17 @@ def compare(a: str, b: str, rtol: float = 1e-4, accuracy_atol: float = 2e-3) -> 
     """(verdict, report lines); verdict is ``identical``, ``within`` or ``different``.
     Accuracies are compared in absolute terms (a near-tie test sample may flip class).
     ``ValueError`` (one line) for a file that cannot be read or runs of different modes."""
-    from .metrics import read_run_file
+    from .metrics import layout_of, read_run_file
     from .provenance import kernel_differences
 
-    # One read a file: every series either mode writes (the other mode's come back empty).
-    names = ("final/model", *(name for events, scores in _SERIES.values() for name in (events, *scores)))
+    (la, lb) = (layout_of(read_run_file(path, ())[0]) for path in (a, b))
+    if la["events"] != lb["events"]:
+        raise ValueError(f"{a} records {la['events']} and {b} {lb['events']}: runs of different kinds; compare runs "
+                         "of one mode")
+    events, scores = la["events"], (la["accuracy"], la["loss"])
+    names = ("final/model", events, *scores)
     head_a, sa = read_run_file(a, names)
     head_b, sb = read_run_file(b, names)
-    if _mode(head_a) != _mode(head_b):
-        raise ValueError(f"{a} is a {_mode(head_a)} run and {b} a {_mode(head_b)} run; compare runs of one mode")
-    events, scores = _SERIES[_mode(head_a)]
     lines, verdict = [], "identical"
 
     def worse(v: str) -> None:

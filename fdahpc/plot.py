@@ -24,21 +24,14 @@ import numpy as np
 __all__ = ["Run", "read_run", "run_label", "plot_runs", "main"]
 
 _USAGE = "usage: python -m fdahpc.plot RUN.h5 [RUN.h5 ...] -o FIG.png"
-# Per mode: the accuracy series, then each panel's x series and axis label.
-_PANELS = {
-    "sync": ("eval/accuracy", (("eval/comm_bytes", "training communication (GB)"), ("eval/step", "local steps"))),
-    "semiasync": ("round/accuracy", (("round/version", "aggregation rounds"), ("round/virtual_time", "virtual time"))),
-}
-
-
 @dataclass(frozen=True)
 class Run:
     """What one run file contributes to the figure."""
 
     path: str
     label: str
-    mode: str
-    x: tuple[np.ndarray, ...]  # one series per panel of the mode (GB, not bytes)
+    xlabels: tuple[str, ...]  # each panel's axis, as the run file's layout names it
+    x: tuple[np.ndarray, ...]  # one series per panel (GB, not bytes)
     accuracy: np.ndarray
     target_accuracy: float
 
@@ -56,39 +49,13 @@ def _float_or_none(value) -> float | None:
 
 
 def run_label(attrs: dict, config: dict) -> str:
-    """``"sketchfda K=8 θ=1 iid"``: strategy, workers and only the settings that apply.
+    """``"sketchfda K=8 θ=1 iid"``: how the run file's layout names the run (strategy, workers
+    and only the settings that apply; :meth:`fdahpc.run.Mode.layout`)."""
+    from .metrics import layout_of
 
-    Θ is shown for FDA triggers only and τ only when set, because every config carries a
-    default Θ and printing it on a FedAvg line would suggest it mattered.
-    """
-    strategy = _text(attrs.get("strategy", config.get("strategy", "?")))
-    parts = [strategy]
-    if _text(attrs.get("mode", "sync")) == "semiasync":
-        parts += [f"N={config.get('clients')}", f"K={config.get('buffer')}", f"1:{config.get('speed_ratio')}"]
-        if config.get("scenario"):
-            parts.append(_text(config["scenario"]))
-        return " ".join(parts + [_text(attrs.get("partition", config.get("partition", "")))])
-    workers = attrs.get("world_size")
-    if workers is not None:
-        parts.append(f"K={_text(workers)}")
-    if _threshold_trigger(strategy, config.get("sync")) and config.get("theta") is not None:
-        theta = config["theta"]
-        parts.append(f"θ={theta:g}" if isinstance(theta, (int, float)) else f"θ={theta}")
-    if config.get("tau") is not None:
-        parts.append(f"τ={config['tau']}")
-    partition = attrs.get("partition", config.get("partition"))
-    if partition not in (None, ""):
-        parts.append(_text(partition))
-    return " ".join(parts)
-
-
-def _threshold_trigger(strategy: str, sync: str | None) -> bool:
-    """Whether the run's trigger compares an estimate with Θ (then Θ names the run)."""
-    from .strategies import PRESETS, TRIGGERS, trigger_of
-
-    if strategy not in PRESETS or (sync is not None and sync not in TRIGGERS):
-        return False  # a run file from another version: no label is better than a wrong one
-    return trigger_of(strategy, sync).theta_driven
+    if "layout" not in attrs:
+        attrs = dict(attrs, config=json.dumps(config))
+    return layout_of(attrs)["label"]
 
 
 def _config(attrs) -> dict:
@@ -101,22 +68,20 @@ def _config(attrs) -> dict:
 
 def read_run(path: str) -> Run:
     """Load the evaluation series of one run file; ``ValueError`` when it is not one."""
-    from .metrics import read_run_file
+    from .metrics import layout_of, read_run_file
 
     attrs, _ = read_run_file(path, ())
-    mode = _text(attrs.get("mode", "sync"))
-    acc_name, panels = _PANELS.get(mode, _PANELS["sync"])
-    names = (acc_name, *(name for name, _ in panels))
+    layout = layout_of(attrs)
+    names = (layout["accuracy"], *(name for name, _, _ in layout["panels"]))
     _, series = read_run_file(path, names)
     acc, *xs = (np.asarray(series[name], dtype=np.float64) for name in names)
     scored = ~np.isnan(acc)  # semi-asynchronous runs may score every few rounds only
-    xs = [x[scored] / (1e9 if name.endswith("comm_bytes") else 1) for x, (name, _) in zip(xs, panels)]
     target = _float_or_none(attrs.get("target_accuracy"))
     return Run(
         path=path,
-        label=run_label(attrs, _config(attrs)),
-        mode=mode if mode in _PANELS else "sync",
-        x=tuple(xs),
+        label=layout["label"],
+        xlabels=tuple(label for _, label, _ in layout["panels"]),
+        x=tuple(x[scored] / divisor for x, (_, _, divisor) in zip(xs, layout["panels"])),
         accuracy=acc[scored],
         target_accuracy=target if target is not None and target > 0 else 0.0,
     )
@@ -135,17 +100,19 @@ def plot_runs(paths: Sequence[str], out_path: str, log_gb: bool = False) -> None
     if not os.path.isdir(folder):
         raise ValueError(f"-o {out_path}: folder {folder} does not exist; create it or choose another path")
     runs = [read_run(p) for p in paths]
-    modes = {r.mode for r in runs}
-    if len(modes) > 1:
-        raise ValueError("runs mix --mode sync and semiasync files: their axes differ; plot each mode in its own figure")
-    panels = _PANELS[modes.pop()][1]
+    axes_of = {r.xlabels for r in runs}
+    if len(axes_of) > 1:
+        raise ValueError(f"runs mix files whose axes differ ({' vs '.join(', '.join(a) for a in sorted(axes_of))}); "
+                         "plot each kind in its own figure")
+    xlabels = axes_of.pop()
 
     import matplotlib
 
     matplotlib.use("Agg")  # no display on compute nodes
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, len(xlabels), figsize=(5.5 * len(xlabels), 4.2), sharey=True, squeeze=False)
+    axes = axes[0]
     for run in runs:
         for ax, x in zip(axes, run.x):
             ax.plot(x, run.accuracy, marker=".", label=run.label)
@@ -153,9 +120,9 @@ def plot_runs(paths: Sequence[str], out_path: str, log_gb: bool = False) -> None
     for target in targets:
         for ax in axes:
             ax.axhline(target, color="grey", linestyle="--", linewidth=1)
-    if log_gb and panels[0][0].endswith("comm_bytes"):
+    if log_gb and "(GB)" in xlabels[0]:
         axes[0].set_xscale("log")
-    for ax, (_, xlabel) in zip(axes, panels):
+    for ax, xlabel in zip(axes, xlabels):
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy")

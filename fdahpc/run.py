@@ -86,6 +86,18 @@ class Mode:
                                      f"of {', '.join(self.strategies())}")
         one_of("--strategy", cfg.strategy, self.strategies())
 
+    def layout(self, config: dict, world_size: int) -> dict[str, Any]:
+        """What this mode's run file holds, written into it (the ``layout`` attribute) so that
+        ``plot``, ``compare`` and ``summary`` read any mode's files without naming one:
+
+        ``x``, ``accuracy``, ``loss``: the scores' series and their x series; ``panels``: the
+        plot's [x series, axis label, divisor] per panel; ``events``: one row per model
+        synchronization (what ``compare`` lines up, ``summary`` counts); ``bytes``: [series,
+        "cumulative" or "sum"]; ``workers`` and ``label``: how a table and a legend name the
+        run; ``convergence``: whether the convergence accuracy (mean of the last 20 scores)
+        describes it. ``config`` is the run's options as the run file stores them."""
+        raise NotImplementedError
+
     def device(self, cfg) -> str:
         """The device the communicator serves."""
         return cfg.device
@@ -293,7 +305,8 @@ def run(r: Run, stop=None) -> dict:
     attrs = dict(mode=r.mode.name, strategy=cfg.strategy, model=cfg.model, dataset=cfg.dataset, partition=cfg.partition,
                  world_size=comm.world_size, params=job.flat.dim, target_accuracy=cfg.target_accuracy or -1.0,
                  target_loss=cfg.target_loss or -1.0,
-                 config=cfg.to_json(), provenance=json.dumps(segments), **job.attrs)
+                 config=cfg.to_json(), provenance=json.dumps(segments),
+                 layout=json.dumps(r.mode.layout(json.loads(cfg.to_json()), comm.world_size)), **job.attrs)
     run_file = open_run_file(r.out, comm.is_root, attrs, r.resumed)
     meta = dict(checkpoint.identity(cfg, comm.world_size, job.flat.dim), config=json.loads(cfg.to_json()),
                 provenance=segments)

@@ -24,10 +24,6 @@ import numpy as np
 __all__ = ["Summary", "summarize", "provenance_of", "main"]
 
 
-_SERIES = ("eval/step", "eval/accuracy", "eval/comm_bytes", "sync/step",
-           "round/version", "round/accuracy", "round/bytes")
-
-
 class Summary(NamedTuple):
     path: str
     status: str
@@ -54,25 +50,21 @@ def _reached(target: float, x: np.ndarray, acc: np.ndarray) -> str:
 
 def summarize(path: str) -> Summary:
     """The summary line of one run file; ``ValueError`` (one line) for a bad file."""
-    from .metrics import convergence_metrics, read_run_file
+    from .metrics import convergence_metrics, layout_of, read_run_file
 
-    attrs, s = read_run_file(path, _SERIES)
+    attrs, _ = read_run_file(path, ())
+    layout = layout_of(attrs)
+    bytes_series, how = layout["bytes"]
+    _, s = read_run_file(path, (layout["x"], layout["accuracy"], layout["events"], bytes_series))
     status = _text(attrs.get("status", "finished"))  # files written before the status existed
     target = float(attrs.get("target_accuracy", -1.0) or -1.0)
-    strategy = _text(attrs["strategy"])
-    if _text(attrs.get("mode", "sync")) == "semiasync":
-        rounds, acc = s["round/version"], s["round/accuracy"].astype(np.float64)
-        scored = ~np.isnan(acc)
-        return Summary(path, status, strategy, f"N={attrs.get('clients')} K={attrs.get('buffer')}",
-                       int(rounds[-1]) if len(rounds) else 0, len(rounds), float(s["round/bytes"].sum()) / 1e9,
-                       float(acc[scored][-1]) if scored.any() else float("nan"),
-                       _reached(target, rounds[scored], acc[scored]),
-                       convergence_metrics(acc)["convergence_accuracy"])
-    steps, acc = s["eval/step"], s["eval/accuracy"]
-    return Summary(path, status, strategy, str(attrs.get("world_size", "?")),
-                   int(steps[-1]) if len(steps) else 0, len(s["sync/step"]),
-                   float(s["eval/comm_bytes"][-1]) / 1e9 if len(steps) else 0.0,
-                   float(acc[-1]) if len(acc) else float("nan"), _reached(target, steps, acc))
+    x, acc, b = s[layout["x"]], s[layout["accuracy"]].astype(np.float64), s[bytes_series]
+    scored = ~np.isnan(acc)  # semi-asynchronous runs may score every few rounds only
+    gigabytes = (float(b[-1]) if how == "cumulative" else float(b.sum())) / 1e9 if len(b) else 0.0
+    return Summary(path, status, _text(attrs["strategy"]), layout["workers"], int(x[-1]) if len(x) else 0,
+                   len(s[layout["events"]]), gigabytes, float(acc[scored][-1]) if scored.any() else float("nan"),
+                   _reached(target, x[scored], acc[scored]),
+                   convergence_metrics(acc)["convergence_accuracy"] if layout["convergence"] else float("nan"))
 
 
 def provenance_of(path: str) -> list[dict]:

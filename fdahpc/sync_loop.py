@@ -23,6 +23,15 @@ log = logging.getLogger("fdahpc")
 DEFAULT_EPOCHS, DEFAULT_STOP_CHECK_EVERY = 5.0, 10
 
 
+def _theta_driven(strategy: str, sync: str | None) -> bool:
+    """Whether the run's trigger compares an estimate with Θ (then Θ names the run)."""
+    from .strategies import PRESETS, TRIGGERS, trigger_of
+
+    if strategy not in PRESETS or (sync is not None and sync not in TRIGGERS):
+        return False  # a run file from another version: no label is better than a wrong one
+    return trigger_of(strategy, sync).theta_driven
+
+
 class SyncMode(Mode):
     name = "sync"
     noun = "a synchronous strategy"
@@ -65,6 +74,23 @@ class SyncMode(Mode):
 
     def who(self, cfg) -> str:
         return f"--strategy {cfg.strategy}" + (f" --sync {cfg.sync}" if cfg.sync else "")
+
+    def layout(self, config: dict, world_size: int | None) -> dict:
+        strategy = str(config.get("strategy"))
+        label = [strategy] + ([f"K={world_size}"] if world_size is not None else [])
+        # Θ names a run only when its trigger compares an estimate with Θ (every older config
+        # carries a default Θ, which on a FedAvg line would suggest it mattered); τ when given.
+        if _theta_driven(strategy, config.get("sync")) and config.get("theta") is not None:
+            theta = config["theta"]
+            label.append(f"θ={theta:g}" if isinstance(theta, (int, float)) else f"θ={theta}")
+        if config.get("tau") is not None:
+            label.append(f"τ={config['tau']}")
+        if config.get("partition") not in (None, ""):
+            label.append(str(config["partition"]))
+        return dict(x="eval/step", accuracy="eval/accuracy", loss="eval/loss",
+                    panels=[["eval/comm_bytes", "training communication (GB)", 1e9], ["eval/step", "local steps", 1]],
+                    events="sync/step", bytes=["eval/comm_bytes", "cumulative"],
+                    workers="?" if world_size is None else str(world_size), label=" ".join(label), convergence=False)
 
     def check(self, cfg) -> None:
         from .strategies import strategy_options

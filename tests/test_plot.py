@@ -126,7 +126,7 @@ def _write_semiasync_run(path, strategy="fedqs-avg"):
 
 def test_semiasync_runs_plot_against_rounds_and_virtual_time(tmp_path, capsys):
     run = read_run(_write_semiasync_run(tmp_path / "qs.h5"))
-    assert run.mode == "semiasync" and run.label == "fedqs-avg N=40 K=5 1:50 dirichlet:0.5"
+    assert run.xlabels == ("aggregation rounds", "virtual time") and run.label == "fedqs-avg N=40 K=5 1:50 dirichlet:0.5"
     assert run.x[0].tolist() == [2, 4, 6] and run.x[1].tolist() == [5, 10, 20]
     assert run.accuracy.tolist() == [0.3, 0.5, 0.6]
     out = tmp_path / "sa.png"
@@ -136,4 +136,31 @@ def test_semiasync_runs_plot_against_rounds_and_virtual_time(tmp_path, capsys):
 
 def test_mixing_modes_is_refused(two_runs, tmp_path, capsys):
     assert main([two_runs[0], _write_semiasync_run(tmp_path / "qs.h5"), "-o", str(tmp_path / "f.png")]) == 2
-    _one_line_error(capsys, "mix --mode sync and semiasync")
+    _one_line_error(capsys, "mix files whose axes differ", "aggregation rounds, virtual time vs training communication (GB)")
+
+
+def test_readers_follow_the_files_layout_not_its_mode(tmp_path, capsys):
+    """A run file of a mode the readers have never heard of: plot, summary and compare read
+    what its ``layout`` attribute says it holds."""
+    from fdahpc.compare import compare
+    from fdahpc.summary import summarize
+
+    layout = dict(x="ring/hop", accuracy="ring/accuracy", loss="ring/loss", panels=[["ring/hop", "hops", 1]],
+                  events="ring/hop", bytes=["ring/bytes", "sum"], workers="R=3", label="gossip R=3", convergence=False)
+    paths = []
+    for name in ("a.h5", "b.h5"):
+        path = tmp_path / name
+        with h5py.File(path, "w") as h5:
+            h5.attrs.update(mode="gossip", strategy="gossip", target_accuracy=0.5, layout=json.dumps(layout), status="finished")
+            h5["ring/hop"] = np.arange(1, 5)
+            h5["ring/accuracy"] = np.array([0.2, 0.4, 0.55, 0.6])
+            h5["ring/loss"] = np.array([2.0, 1.5, 1.2, 1.1])
+            h5["ring/bytes"] = np.full(4, 250_000_000)
+            h5["final/model"] = np.ones(3, dtype=np.float32)
+        paths.append(str(path))
+    run = read_run(paths[0])
+    assert (run.label, run.xlabels, run.x[0].tolist()) == ("gossip R=3", ("hops",), [1, 2, 3, 4])
+    s = summarize(paths[0])
+    assert (s.workers, s.steps, s.syncs, s.gigabytes, s.accuracy, s.target) == ("R=3", 4, 4, 1.0, 0.6, "0.5@3")
+    assert compare(*paths)[0] == "identical"
+    assert main([*paths, "-o", str(tmp_path / "g.png")]) == 0
