@@ -3,8 +3,9 @@ rule with its own option, each defined here (or in docs/extending.md) and regist
 one line, nothing in the package edited.
 
 - ``loss-plateau``: synchronize once the workers' mean training loss has not reached a new
-  low for ``plateau_steps`` steps; driven through :class:`fdahpc.ModelAverager` on two MPI
-  ranks whose losses differ, against the sync steps worked out by hand.
+  low for ``plateau_steps`` steps; driven through :class:`fdahpc.ModelAverager` on one and
+  two MPI ranks whose losses differ, against the sync steps worked out by hand, and by the
+  training loop (``--sync loss-plateau``), against a replay of the losses it recorded.
 - ``freshest`` (docs/extending.md, "Adding a buffer rule"): the mean of the least-stale
   buffered models; built through the registry, aggregating a written-down buffer against a
   hand computation, then a semi-async run on two MPI ranks.
@@ -128,6 +129,37 @@ def test_a_loss_trigger_registered_in_one_line_runs_in_model_averager(plateau):
     # The periodic trigger ignores the loss it is given.
     periodic = ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", tau=2)
     assert [periodic.step(loss=float(s)) for s in range(4)] == [False, True, False, True]
+
+
+def _replay(losses, patience):
+    """The sync steps the plateau rule gives for a series of mean losses, by the definition."""
+    syncs, start = [], 0
+    for step in range(1, len(losses) + 1):
+        round_ = losses[start:step]
+        lows = [i for i, x in enumerate(round_) if x < min(round_[:i], default=math.inf)]
+        if len(round_) - 1 - lows[-1] >= patience:
+            syncs.append(step)
+            start = step
+    return syncs
+
+
+def test_the_training_loop_hands_the_loss_to_the_trigger(plateau, tmp_path):
+    """``python -m fdahpc.train --sync loss-plateau``'s loop, in process: the trigger sees each
+    step's real training loss and synchronizes where the recorded losses say it should."""
+    import h5py
+
+    from fdahpc.comm import LocalCommunicator
+    from fdahpc.config import TrainConfig
+    from fdahpc.run import build, run as train
+
+    cfg = TrainConfig(strategy="fedavg", sync="loss-plateau", dataset="mnist5k", max_steps=40, batch_size=16,
+                      lr=0.05, log_every=10**6, out=str(tmp_path / "p.h5"))
+    res = train(build(cfg, LocalCommunicator()))
+    with h5py.File(tmp_path / "p.h5") as f:
+        steps, losses, syncs = f["plateau/step"][:], f["plateau/loss"][:], f["sync/step"][:].tolist()
+    assert _replay(MEAN_LOSS, 2) == SYNCS_BY_HAND  # the replay agrees with the hand computation
+    assert steps.tolist() == list(range(1, 41)) and np.isfinite(losses).all() and len(set(losses.tolist())) > 30
+    assert syncs == _replay(losses.tolist(), PlateauOptions.plateau_steps) and res["syncs"] == len(syncs) > 0
 
 
 SCRIPT = """
