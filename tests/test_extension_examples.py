@@ -126,6 +126,13 @@ def test_a_loss_trigger_registered_in_one_line_runs_in_model_averager(plateau):
         ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", sync="loss-plateau", plateau_steps=0)
     with pytest.raises(ValueError, match=r"^--clients-per-round: client sampling needs round-based syncing"):
         strategy_options("fedavg", "loss-plateau", {"clients_per_round": 1})
+    # The command line: Θ is not read by a trigger that is not Θ-driven, sampling not by one that reads losses.
+    from fdahpc.config import TrainConfig
+
+    with pytest.raises(ValueError, match=r"^--theta: --strategy fedavg --sync loss-plateau does not read it"):
+        TrainConfig(strategy="fedavg", sync="loss-plateau", theta="auto")
+    with pytest.raises(ValueError, match=r"^--clients-per-round: "):
+        TrainConfig(strategy="fedavg", sync="loss-plateau", clients_per_round=1)
     # The periodic trigger ignores the loss it is given.
     periodic = ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", tau=2)
     assert [periodic.step(loss=float(s)) for s in range(4)] == [False, True, False, True]
