@@ -72,7 +72,7 @@ from _common import REPO_ROOT, CpuMeter, median, print_table, read_run, run_trai
 
 from fdahpc.strategies import PRESETS, TRIGGERS  # noqa: E402
 
-FDA_TRIGGERS = tuple(name for name, cls in TRIGGERS.items() if cls.threshold)  # what Θ sweeps apply to
+FDA_TRIGGERS = tuple(name for name, cls in TRIGGERS.items() if cls.theta_driven)  # what Θ sweeps apply to
 FDA_PRESETS = {name: p.trigger for name, p in PRESETS.items() if p.trigger in FDA_TRIGGERS}  # preset -> its trigger
 HERE = os.path.dirname(os.path.abspath(__file__))
 

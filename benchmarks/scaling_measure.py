@@ -109,8 +109,8 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
         stamps = []
         inner = setup.strategy.after_step
 
-        def after_step(inner=inner, stamps=stamps):
-            synced = inner()
+        def after_step(loss=None, inner=inner, stamps=stamps):
+            synced = inner(loss)
             stamps.append(time.perf_counter())
             return synced
 

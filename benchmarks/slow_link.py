@@ -178,8 +178,8 @@ def job(args) -> int:
         syncs_at: list[int] = []
         inner = setup.strategy.after_step
 
-        def after_step(inner=inner, stamps=stamps, syncs_at=syncs_at):
-            synced = inner()
+        def after_step(loss=None, inner=inner, stamps=stamps, syncs_at=syncs_at):
+            synced = inner(loss)
             stamps.append(time.perf_counter())
             if synced:
                 syncs_at.append(len(stamps))

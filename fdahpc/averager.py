@@ -4,7 +4,7 @@
     avg = ModelAverager(model, comm, "linearfda", theta=0.5)
     for x, y in batches:
         ...; optimizer.step()
-        if avg.step():                              # after every optimizer step
+        if avg.step(loss=loss.item()):              # after every optimizer step (the loss: optional)
             ...                                     # the models were just combined
 
 The averager moves the model's trainable parameters into one flat buffer (the same
@@ -53,10 +53,12 @@ class ModelAverager:
         self.comm.bcast_(self.flat.w, "control")  # one initial model everywhere
         self.strategy.reset()
 
-    def step(self) -> bool:
+    def step(self, loss: float | None = None) -> bool:
         """Collective; call on every rank after each ``optimizer.step()`` (also after a
-        skipped one, see :attr:`participating`). True when the models were combined."""
-        return self.strategy.after_step()
+        skipped one, see :attr:`participating`). ``loss``: the step's training loss (a
+        number or a 1-element tensor), which the trigger sees; needed by a trigger that
+        reads it (``needs_loss``), ignored by the others. True when the models were combined."""
+        return self.strategy.after_step(loss)
 
     def finish(self) -> None:
         """Collective; call once after the last :meth:`step`: completes what is still in

@@ -345,14 +345,14 @@ def _arg_type(f: dataclasses.Field):
 
 
 def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParser:
-    from .semiasync.rules import SEMIASYNC_RULES
+    from .semiasync.rules import BUFFER_RULES
     from .strategies import STRATEGY_HELP
 
     p = _OneLineParser(
         prog=prog,
         description="Train one model replica per MPI rank with a communication-efficient strategy.",
         epilog="strategies (--mode sync): " + "; ".join(f"{k}: {v}" for k, v in STRATEGY_HELP.items())
-        + ". Rules (--mode semiasync): " + ", ".join(SEMIASYNC_RULES) + ".",
+        + ". Rules (--mode semiasync): " + ", ".join(BUFFER_RULES) + ".",
         argument_default=argparse.SUPPRESS,
     )
     p.add_argument("--config", help="TOML file whose keys equal the flags (command line wins)")

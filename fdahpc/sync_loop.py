@@ -29,7 +29,7 @@ def _theta_driven(strategy: str, sync: str | None) -> bool:
 
     if strategy not in PRESETS or (sync is not None and sync not in TRIGGERS):
         return False  # a run file from another version: no label is better than a wrong one
-    return trigger_of(strategy, sync).threshold
+    return trigger_of(strategy, sync).theta_driven
 
 
 class SyncMode(Mode):
@@ -53,7 +53,7 @@ class SyncMode(Mode):
 
         o = strategy_options(cfg.strategy, cfg.sync, cfg)
         parts = [type(o.trigger_options), type(o.rule_options), WarmupOptions]
-        parts += [SamplingOptions] if not o.trigger.threshold else []
+        parts += [SamplingOptions] if o.trigger.round_based else []
         parts += [SketchShape] if o.uses_sketch else []
         return set(self.options) | {name for cls in parts for name in option_names(cls)}
 
@@ -299,7 +299,8 @@ class SyncJob(Job):
         stopped_by, diverged_at, folder = None, None, None
         self.model.train()
         for step in range(progress.step + 1, self.total_steps + 1):
-            if strategy.participating:  # a worker left out of this round keeps the global model
+            loss = None  # a worker left out of this round keeps the global model and has no loss
+            if strategy.participating:
                 loss = local_steps(self.model, self.batches, 1, self.optimizer.step, self.optimizer.zero_grad,
                                    cfg.clip_grad_norm)
                 progress.running_loss += loss
@@ -307,7 +308,7 @@ class SyncJob(Job):
                     faults.poison(self.model)
                 if not math.isfinite(loss) and diverged_at is None:
                     diverged_at = step
-            strategy.after_step()  # records its own series through strategy.sink
+            strategy.after_step(loss)  # records its own series through strategy.sink
             if comm.is_root and step % cfg.log_every == 0:
                 log.info("step %d  epoch %.2f  loss %.4f  syncs %d  comm %.4f GB", step, step / self.steps_per_epoch,
                          progress.running_loss / cfg.log_every, strategy.syncs, strategy.comm_bytes() / 1e9)

@@ -173,20 +173,24 @@ def test_a_trigger_is_one_decorated_class():
         def build(cls, ctx):
             return cls()
 
-        def should_sync(self, step, w, anchor):
+        def should_sync(self, step, w, anchor, loss=None):
             return step % 3 == 0
 
     try:
         assert trigger_of("fedavg", "test-every-third") is EveryThird and EveryThird.name == "test-every-third"
-        assert not EveryThird.threshold and EveryThird().state_bytes == 0
+        assert not EveryThird.theta_driven and EveryThird.round_based and EveryThird().state_bytes == 0
         with pytest.raises(ValueError, match="taken"):
             trigger("test-every-third")(type("Other", (Trigger,), {}))
         with pytest.raises(TypeError, match="must subclass Trigger"):
             trigger("test-not-a-trigger")(int)
     finally:
         TRIGGERS.pop("test-every-third")
-    assert trigger_of("linearfda").threshold and trigger_of("sketchfda").needs_sketch(None)
-    assert not trigger_of("fedavg").threshold and not trigger_of("synchronous").threshold
+    assert trigger_of("linearfda").theta_driven and trigger_of("sketchfda").needs_sketch(None)
+    assert not trigger_of("linearfda").round_based and not trigger_of("sketchfda").round_based
+    assert not trigger_of("fedavg").theta_driven and not trigger_of("synchronous").theta_driven
+    assert trigger_of("fedavg").round_based and trigger_of("synchronous").round_based
+    with pytest.raises(TypeError, match="threshold: split into theta_driven .* and round_based"):
+        type("Old", (Trigger,), {"threshold": True})
 
 
 def test_readme_trigger_example_registers_and_runs(tmp_path):

@@ -326,17 +326,45 @@ def test_fedqs_avg_of_identical_models_is_that_model():
 
 
 def test_rule_metadata_and_state():
-    assert SEMIASYNC_RULES == ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "fedqs-avg", "fedqs-sgd")
-    assert set(BUFFER_RULES) == set(SEMIASYNC_RULES)
+    assert SEMIASYNC_RULES == tuple(BUFFER_RULES)  # the registry, in the order registered
     uploads = {"fedavg": "model", "fedsgd": "update", "fedbuff": "update", "mstep": "model", "wkafl": "update",
                "fedqs-avg": "model", "fedqs-sgd": "update"}
+    assert set(uploads) <= set(BUFFER_RULES)
     for name in SEMIASYNC_RULES:
         r = build_rule(name)
-        assert r.name == name and r.uploads == uploads[name]
+        assert r.name == name and r.uploads in ("model", "update") and r.uploads == uploads.get(name, r.uploads)
         assert r.needs_client_state == name.startswith("fedqs")
         r.load_state_dict(r.state_dict())
     with pytest.raises(ValueError, match="--strategy"):
         build_rule("fedqs-avg").load_state_dict(build_rule("fedavg").state_dict())
+
+
+def test_rules_register_in_one_line_and_the_mode_reads_their_options_from_the_registry():
+    from fdahpc.options import MeanOptions
+    from fdahpc.run import mode_of
+    from fdahpc.semiasync.rules import (BufferRule, FedQSRuleOptions, MStepOptions, ServerLROptions, buffer_rule,
+                                        build_buffer_rule)
+
+    # What the mode read before the registry, written by hand: the registry derives the same.
+    fedqs = {"fedqs_a", "fedqs_m0", "fedqs_k", "fedqs_lr_min", "fedqs_lr_max", "fedqs_variant", "fedqs_similarity",
+             "fedqs_feedback", "fedqs_authors_momentum", "fedqs_sketch_similarity", "fedqs_no_momentum",
+             "fedqs_no_feedback"}
+    by_hand = {"fedavg": {"weighting"}, "fedsgd": {"weighting"}, "fedbuff": {"server_lr"}, "mstep": {"server_lr"},
+               "wkafl": {"server_lr"}, "fedqs-avg": fedqs, "fedqs-sgd": fedqs}
+    derived = mode_of("semiasync").RULE_OPTIONS
+    assert {name: derived[name] for name in by_hand} == by_hand
+    assert [BUFFER_RULES[n].Options for n in ("fedavg", "fedbuff", "mstep", "fedqs-sgd")] == \
+        [MeanOptions, ServerLROptions, MStepOptions, FedQSRuleOptions]
+    # Each rule's own default, built from options that do not name it.
+    assert (build_buffer_rule("fedbuff", {}).eta_s, build_buffer_rule("mstep", {}).alpha) == (1.0, 0.6)
+    assert build_buffer_rule("wkafl", {"server_lr": 0.5, "weighting": "samples"}).eta_s == 0.5
+    r = build_buffer_rule("fedqs-sgd", {"fedqs_variant": "authors", "fedqs_no_feedback": True})
+    assert (r.variant, r.feedback, r.feedback_weight, r.stats_updates) == ("authors", False, "authors", True)
+    with pytest.raises(ValueError, match="taken by FedAvg"):
+        buffer_rule("fedavg")(type("Other", (BufferRule,), {}))
+    with pytest.raises(TypeError, match="must subclass BufferRule"):
+        buffer_rule("test-not-a-rule")(int)
+    assert "test-not-a-rule" not in BUFFER_RULES
 
 
 def test_rule_errors():

@@ -194,10 +194,10 @@ FAILING_RANK = """
 import os, sys
 from fdahpc.strategies.base import Synchronizer
 original = Synchronizer.after_step
-def after_step(self):
+def after_step(self, loss=None):
     if self.comm.rank == 1 and self.steps == 3:
         raise RuntimeError("injected failure on rank 1")
-    return original(self)
+    return original(self, loss)
 Synchronizer.after_step = after_step
 from fdahpc.train import main
 sys.exit(main(sys.argv[1:]))

@@ -194,10 +194,10 @@ from fdahpc.strategies.base import Synchronizer
 from fdahpc.comm import make_communicator
 rank = make_communicator("mpi").rank
 original = Synchronizer.after_step
-def after_step(self):
+def after_step(self, loss=None):
     if rank == 1 and self.steps == 3:
         raise RuntimeError("injected failure on rank 1")
-    return original(self)
+    return original(self, loss)
 Synchronizer.after_step = after_step
 from fdahpc.train import main
 sys.exit(main(["--strategy", "synchronous", "--epochs", "50", "--out", sys.argv[1]]))

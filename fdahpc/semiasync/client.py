@@ -40,7 +40,7 @@ from ..worker import BatchStream, local_steps, make_optimizer
 from .fedqs import (FedQSParams, authors_ready, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
                     similarity)
 from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
-from .rules import add_member
+from .combination import add_member
 from .store import ModelStore, capacity
 
 __all__ = ["ClientData", "Host"]

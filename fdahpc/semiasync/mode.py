@@ -87,16 +87,18 @@ class SemiAsyncMode(Mode):
     noun = "a semi-asynchronous rule"
     options = ("clients", "buffer", "rounds", "speed_ratio", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir",
                "tau", "local_epochs", "clients_per_round")
-    #: What only some rules read: option name(s) -> the rules.
-    RULE_OPTIONS = {("weighting",): ("fedavg", "fedsgd"), ("server_lr",): ("fedbuff", "mstep", "wkafl"),
-                    ("fedqs_a", "fedqs_m0", "fedqs_k", "fedqs_lr_min", "fedqs_lr_max", "fedqs_variant", "fedqs_similarity",
-                     "fedqs_feedback", "fedqs_authors_momentum", "fedqs_sketch_similarity", "fedqs_no_momentum",
-                     "fedqs_no_feedback"): ("fedqs-avg", "fedqs-sgd")}
+    @property
+    def RULE_OPTIONS(self) -> dict[str, frozenset[str]]:
+        """What each rule reads beside the mode's options: its ``Options`` and its clients'
+        (:meth:`.rules.BufferRule.reads`), from the registry."""
+        from .rules import BUFFER_RULES
+
+        return {name: cls.reads() for name, cls in BUFFER_RULES.items()}
 
     def strategies(self) -> tuple[str, ...]:
-        from .rules import SEMIASYNC_RULES
+        from .rules import BUFFER_RULES
 
-        return SEMIASYNC_RULES
+        return tuple(BUFFER_RULES)
 
     def resolve(self, cfg) -> dict:
         clients = cfg.clients if cfg.clients is not None else DEFAULT_CLIENTS
@@ -117,10 +119,10 @@ class SemiAsyncMode(Mode):
                     workers=f"N={config.get('clients')} K={config.get('buffer')}", label=" ".join(label), convergence=True)
 
     def reads(self, cfg) -> set[str]:
-        return set(self.options).union(*(names for names, rules in self.RULE_OPTIONS.items() if cfg.strategy in rules))
+        return set(self.options) | self.RULE_OPTIONS.get(cfg.strategy, frozenset())
 
     def readers(self, name: str) -> list[str]:
-        rules = [r for names, rules in self.RULE_OPTIONS.items() if name in names for r in rules]
+        rules = [r for r, names in self.RULE_OPTIONS.items() if name in names]
         return super().readers(name) + ([f"--strategy {', '.join(rules)}"] if rules else [])
 
     def check(self, cfg) -> None:
@@ -129,7 +131,7 @@ class SemiAsyncMode(Mode):
         from ..options import MeanOptions, PeriodicOptions, options_from
         from .clock import parse_scenarios
         from .fedqs import SIMILARITIES
-        from .rules import FEEDBACK_ALIASES, FEEDBACK_WEIGHTS
+        from .rules import FEEDBACK_ALIASES, FEEDBACK_WEIGHTS, rule_options
 
         super().check(cfg)
         options_from(PeriodicOptions, cfg)  # a client's local job: --tau or --local-epochs
@@ -174,6 +176,7 @@ class SemiAsyncMode(Mode):
                     "gpt predicts every position; use --model lstm")
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
                     "SGD heavy-ball step; drop --optimizer")
+        rule_options(cfg.strategy, cfg)  # the rule's options, checked where they live
         fedqs_params(cfg)  # FedQS's ranges are checked where they live
         one_of("--fedqs-similarity", cfg.fedqs_similarity, SIMILARITIES)
         if cfg.fedqs_feedback is not None:
@@ -199,7 +202,7 @@ class SemiAsyncMode(Mode):
         from ..data import partition
         from ..params import FlatParams
         from .clock import VirtualClock, parse_scenarios
-        from .rules import build_rule
+        from .rules import build_buffer_rule
         from ..data.text import as_tensor
 
         if not comm.point_to_point:
@@ -224,8 +227,7 @@ class SemiAsyncMode(Mode):
         device = train_device(cfg, comm)
         model = new_model(cfg, data).to(device)  # initialized on the CPU: the same model on any device
         flat = FlatParams(model, buffers=True)
-        rule = build_rule(cfg.strategy, server_lr=cfg.server_lr, feedback=not cfg.fedqs_no_feedback,
-                          variant=cfg.fedqs_variant, feedback_weight=cfg.fedqs_feedback, weighting=cfg.weighting)
+        rule = build_buffer_rule(cfg.strategy, cfg)
         fedqs = fedqs_params(cfg) if rule.needs_client_state else None
         if comm.is_root:
             from .server import Server

@@ -75,25 +75,34 @@ statistics to the mean of the buffered ones under its own weights, normalised (d
 uploads count 0). Model uploads need nothing: their statistics are averaged already.
 
 All rules are pure: no communication, no state. A rule's new model is a
-:class:`Combination` of the payloads and the old model, summed exactly in fixed point
-(:mod:`.exact`): the result depends neither on the order of the buffer nor on who adds
-which term, so hosts may add their own members' (``--aggregate hosts``).
+:class:`~.combination.Combination` of the payloads and the old model, summed exactly in
+fixed point (:mod:`.combination`), so hosts may add their own members' (``--aggregate hosts``).
+
+Each rule is one class registered with ``@buffer_rule("name")`` (which makes it
+``--strategy name`` in ``--mode semiasync``), its options one frozen dataclass (``Options``,
+fields named like the flags, with their defaults and checks) and ``build(options)``: the
+same pattern as the sync triggers and rules (:mod:`fdahpc.strategies.base`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..aggregate import _positive, weighted_sum
-from ..options import WEIGHTINGS  # fedavg/fedsgd's q_i: uniform or samples
-from .exact import add_term, scale_bits, to_float
+from ..options import WEIGHTINGS, MeanOptions, NoOptions, option_names, options_from  # MeanOptions: fedavg/fedsgd's q_i
+from ..registry import registrar
+from .combination import Combination, add_member
+from .exact import to_float
+from .fedqs import VARIANTS, FedQSParams
 
 __all__ = ["Update", "Combination", "add_member", "BufferRule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL",
            "FedQSAvg", "FedQSSGD", "BUFFER_RULES", "SEMIASYNC_RULES", "FEEDBACK_WEIGHTS", "FEEDBACK_ALIASES", "WEIGHTINGS", "G_CAP", "feedback_weight",
+           "buffer_rule", "ServerLROptions", "MStepOptions", "FedQSRuleOptions", "rule_options", "build_buffer_rule",
            "build_rule"]
 
 FEEDBACK_WEIGHTS = ("paper", "authors", "misread")
@@ -117,52 +126,30 @@ class Update:
     absmax: float = float("nan")  # max |payload| as the host reported it (NaN: unknown, computed from the payload)
 
 
-@dataclass
-class Combination:
-    """A rule's new global model: ``Σ_i c_i x_i + keep · w_old``, per part of the vector
-    (parameters, running statistics), every sum exact (:mod:`.exact`), so that the server
-    summing all K payloads and hosts summing their members' give the same bits."""
-
-    weights: np.ndarray  # the rule's weights, as the run file records them
-    params: np.ndarray  # c_i on each payload's parameter entries
-    stats: np.ndarray  # c_i on its running-statistics entries
-    keep_params: float  # the old global model's coefficient on its parameters
-    keep_stats: float
-
-    def bound(self, absmax: list[float], old_absmax: float) -> float:
-        """``Σ |c_i| max|x_i|``, the old model's term included."""
-        c = np.maximum(np.abs(self.params), np.abs(self.stats))
-        return float(c @ np.asarray(absmax, dtype=np.float64)) + max(abs(self.keep_params), abs(self.keep_stats)) * old_absmax
-
-    def start(self, old: np.ndarray, d: int, absmax: list[float]) -> tuple[np.ndarray, int]:
-        """The accumulator holding the old model's term, and the scale for ``absmax`` payloads."""
-        bits = scale_bits(self.bound(absmax, float(np.abs(old).max(initial=0.0))))
-        acc = np.zeros(old.shape, dtype=np.int64)
-        add_term(acc[:d], self.keep_params, old[:d], bits)
-        add_term(acc[d:], self.keep_stats, old[d:], bits)
-        return acc, bits
-
-    def add(self, acc: np.ndarray, k: int, x: np.ndarray, d: int, bits: int) -> None:
-        """Payload ``k``'s term."""
-        add_member(acc, self.params[k], self.stats[k], x, d, bits)
-
-
-def add_member(acc: np.ndarray, c_params: float, c_stats: float, x: np.ndarray, d: int, bits: int) -> None:
-    """One payload's term in a fixed-point sum: ``c_params`` on its first ``d`` entries,
-    ``c_stats`` on the rest (the server for its buffer, a host for its members)."""
-    add_term(acc[:d], c_params, x[:d], bits)
-    add_term(acc[d:], c_stats, x[d:], bits)
-
-
 class BufferRule:
     """An aggregation rule: ``weights`` says how much each upload counts, ``aggregate_``
     applies them to the global model in place."""
 
-    name: str = ""
+    name: str = ""  # set by @buffer_rule
+    #: Its options: a frozen dataclass (fields named like the flags, with defaults and
+    #: checks); the rule is built with an instance of it (:meth:`build`).
+    Options: type = NoOptions
+    #: Options its clients read beside the rule's own (fedqs-*: :class:`.fedqs.FedQSParams`).
+    client_options: tuple[str, ...] = ()
     uploads: str = "model"  # "model" or "update"
     needs_client_state: bool = False  # fedqs-*: hosts keep per-client lr, momentum, last update
     stats_updates: bool = False  # update uploads carry the statistics' change too (authors' FedQS-SGD)
     weights_from_headers: bool = True  # False: the weights read the payloads (no --aggregate hosts)
+
+    @classmethod
+    def build(cls, options) -> "BufferRule":
+        """The rule from its options (an instance of :attr:`Options`)."""
+        return cls()
+
+    @classmethod
+    def reads(cls) -> frozenset[str]:
+        """Every option a run with this rule reads beside the mode's own."""
+        return frozenset(option_names(cls.Options)) | frozenset(cls.client_options)
 
     def weights(self, updates: list[Update], counts: np.ndarray, num_clients: int,
                 params: int | None = None) -> np.ndarray:
@@ -209,6 +196,13 @@ class BufferRule:
         if state.get("name") != self.name:
             raise ValueError(f"state_dict['name'] {state.get('name')!r}: saved by another rule than "
                              f"{self.name!r}; resume with the same --strategy")
+
+
+#: name -> class, in the order registered; filled by ``@buffer_rule`` next to each class.
+BUFFER_RULES: dict[str, type[BufferRule]] = {}
+#: ``@buffer_rule("name")`` above a :class:`BufferRule` subclass makes it ``--strategy name``
+#: of ``--mode semiasync``.
+buffer_rule = registrar(BUFFER_RULES, BufferRule, "buffer_rule")
 
 
 def _check(w_global, updates, counts, num_clients) -> None:
@@ -264,25 +258,31 @@ def _sample_shares(updates) -> np.ndarray:
 
 
 class _Weighted(BufferRule):
-    def __init__(self, weighting: str = "uniform"):
-        if weighting not in WEIGHTINGS:
-            raise ValueError(f"--weighting {weighting!r}: unknown; choose one of {', '.join(WEIGHTINGS)}")
-        self.weighting = weighting
+    Options = MeanOptions  # weighting (--weighting): uniform or samples
+
+    def __init__(self, weighting: str = MeanOptions.weighting):
+        self.weighting = self.Options(weighting).weighting
+
+    @classmethod
+    def build(cls, options: MeanOptions) -> "_Weighted":
+        return cls(options.weighting)
 
     def weights(self, updates, counts, num_clients, params=None):
         return _base(updates, self.weighting)
 
 
+@buffer_rule("fedavg")
 class FedAvg(_Weighted):
     """Average of the K buffered models: uniform, or by samples (``--weighting samples``)."""
 
-    name, uploads = "fedavg", "model"
+    uploads = "model"
 
 
+@buffer_rule("fedsgd")
 class FedSGD(_Weighted):
     """The global model moves by the mean of the K buffered updates (uniform or by samples)."""
 
-    name, uploads = "fedsgd", "update"
+    uploads = "update"
 
 
 def _staleness(updates) -> np.ndarray:
@@ -292,31 +292,64 @@ def _staleness(updates) -> np.ndarray:
     return staleness
 
 
-class FedBuff(BufferRule):
+@dataclass(frozen=True)
+class ServerLROptions:
+    """The server's step: FedBuff's and WKAFL's η_s (default 1, no scaling)."""
+
+    server_lr: float = 1.0
+
+    def __post_init__(self) -> None:
+        _positive(self.server_lr, "server_lr", f"--server-lr {type(self).server_lr}")
+
+
+@dataclass(frozen=True)
+class MStepOptions(ServerLROptions):
+    """M-step's mixing α (``--server-lr``), in (0, 1]; default 0.6, FedAsync's."""
+
+    server_lr: float = 0.6
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.server_lr > 1:
+            raise ValueError(f"--server-lr {self.server_lr!r}: mstep's mixing α must be in (0, 1], e.g. 0.6")
+
+
+class _ServerLR(BufferRule):
+    """A rule whose one option is ``--server-lr``."""
+
+    Options = ServerLROptions
+
+    @classmethod
+    def build(cls, options: ServerLROptions) -> "_ServerLR":
+        return cls(options.server_lr)
+
+
+@buffer_rule("fedbuff")
+class FedBuff(_ServerLR):
     """FedBuff: updates discounted by ``1/sqrt(1 + τ)``, averaged over K, times ``η_s``.
     The weights are the effective coefficients ``η_s / (K sqrt(1 + τ_i))``; they do not sum to 1."""
 
-    name, uploads = "fedbuff", "update"
+    uploads = "update"
 
-    def __init__(self, server_lr: float = 1.0):
-        self.eta_s = _positive(server_lr, "server_lr", "--server-lr 1.0")
+    def __init__(self, server_lr: float = ServerLROptions.server_lr):
+        self.eta_s = float(self.Options(server_lr).server_lr)
 
     def weights(self, updates, counts, num_clients, params=None):
         return self.eta_s / (len(updates) * np.sqrt(1.0 + _staleness(updates)))
 
 
-class MStep(BufferRule):
+@buffer_rule("mstep")
+class MStep(_ServerLR):
     """M-step FedAsync (KAFL): FedAsync's staleness-discounted mixing over the K buffered
     models. The weights are the models' ``β_i = α (1 + τ_i)^(-1/2) / K``; the old global
     model keeps ``1 - Σ β_i`` (returned weights do not include it)."""
 
-    name, uploads = "mstep", "model"
+    uploads = "model"
+    Options = MStepOptions
     a = 0.5  # FedAsync's polynomial staleness exponent
 
-    def __init__(self, server_lr: float = 0.6):
-        self.alpha = _positive(server_lr, "server_lr", "--server-lr 0.6")
-        if self.alpha > 1:
-            raise ValueError(f"--server-lr {server_lr!r}: mstep's mixing α must be in (0, 1], e.g. 0.6")
+    def __init__(self, server_lr: float = MStepOptions.server_lr):
+        self.alpha = float(self.Options(server_lr).server_lr)
 
     def weights(self, updates, counts, num_clients, params=None):
         return self.alpha * (1.0 + _staleness(updates)) ** -self.a / len(updates)
@@ -327,16 +360,17 @@ class MStep(BufferRule):
         return Combination(beta, beta, beta, keep, keep)
 
 
-class WKAFL(BufferRule):
+@buffer_rule("wkafl")
+class WKAFL(_ServerLR):
     """WKAFL: staleness weights ``(e/2)^(-τ)``, a cosine filter against their weighted mean,
     then the weighted mean of the kept updates times ``η_s``. Returns the effective
     coefficients (0 for a dropped update)."""
 
-    name, uploads = "wkafl", "update"
+    uploads = "update"
     weights_from_headers = False  # the cosine filter reads every update
 
-    def __init__(self, server_lr: float = 1.0):
-        self.eta_s = _positive(server_lr, "server_lr", "--server-lr 1.0")
+    def __init__(self, server_lr: float = ServerLROptions.server_lr):
+        self.eta_s = float(self.Options(server_lr).server_lr)
 
     def weights(self, updates, counts, num_clients, params=None):
         a = (math.e / 2.0) ** -_staleness(updates)
@@ -357,24 +391,46 @@ class WKAFL(BufferRule):
         return self.eta_s * kept / kept.sum()
 
 
+@dataclass(frozen=True)
+class FedQSRuleOptions:
+    """Mod③ on the server: the ablation without feedback weights, the variant (which the
+    clients' :class:`.fedqs.FedQSParams` read too, and whose default is declared there) and
+    the feedback weight (None: the variant's own)."""
+
+    fedqs_no_feedback: bool = False
+    fedqs_variant: str = FedQSParams.variant
+    fedqs_feedback: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fedqs_no_feedback, (bool, np.bool_)):
+            raise ValueError(f"--fedqs-no-feedback {self.fedqs_no_feedback!r}: must be True or False")
+        if self.fedqs_variant not in VARIANTS:
+            raise ValueError(f"--fedqs-variant {self.fedqs_variant!r}: unknown; choose one of {', '.join(VARIANTS)}")
+        if FEEDBACK_ALIASES.get(self.fedqs_feedback, self.fedqs_feedback) not in FEEDBACK_WEIGHTS + (None,):
+            raise ValueError(f"--fedqs-feedback {self.fedqs_feedback!r}: unknown; choose one of "
+                             f"{', '.join(FEEDBACK_WEIGHTS)} (or omit it for the variant's own)")
+
+
 class _FedQS(BufferRule):
+    Options = FedQSRuleOptions
     needs_client_state = True
+    # What fedqs_params (mode.py) hands the clients' FedQSParams.
+    client_options = ("fedqs_a", "fedqs_m0", "fedqs_k", "fedqs_lr_min", "fedqs_lr_max", "fedqs_variant",
+                      "fedqs_similarity", "fedqs_authors_momentum", "fedqs_sketch_similarity", "fedqs_no_momentum")
 
-    def __init__(self, feedback: bool = True, variant: str = "paper", feedback_weight: str | None = None,
+    def __init__(self, feedback: bool = True, variant: str = FedQSParams.variant, feedback_weight: str | None = None,
                  reset_flags: bool | None = None):
-        from .fedqs import VARIANTS
-
         if not isinstance(feedback, (bool, np.bool_)):
             raise ValueError(f"feedback {feedback!r}: must be True or False (False is the ablation without "
                              f"Mod③'s feedback weights)")
-        if variant not in VARIANTS:
-            raise ValueError(f"--fedqs-variant {variant!r}: unknown; choose one of {', '.join(VARIANTS)}")
+        self.Options(not feedback, variant, feedback_weight)  # the checks, one wording
         weight = FEEDBACK_ALIASES.get(feedback_weight, feedback_weight) or variant
-        if weight not in FEEDBACK_WEIGHTS:
-            raise ValueError(f"--fedqs-feedback {feedback_weight!r}: unknown; choose one of "
-                             f"{', '.join(FEEDBACK_WEIGHTS)} (or omit it for the variant's own)")
         self.feedback, self.variant, self.feedback_weight = bool(feedback), variant, weight
         self.reset_flags = variant == "authors" if reset_flags is None else bool(reset_flags)
+
+    @classmethod
+    def build(cls, options: FedQSRuleOptions) -> "_FedQS":
+        return cls(not options.fedqs_no_feedback, options.fedqs_variant, options.fedqs_feedback)
 
     def weights(self, updates, counts, num_clients, params=None):
         c = _check_counts(counts, num_clients).astype(np.float64)
@@ -418,45 +474,64 @@ def feedback_weight(phi: float, F: float, G: float, K: int, weight: str = "paper
     raise ValueError(f"--fedqs-feedback {weight!r}: unknown; choose one of {', '.join(FEEDBACK_WEIGHTS)}")
 
 
+@buffer_rule("fedqs-avg")
 class FedQSAvg(_FedQS):
     """FedQS-Avg: the global model is the Mod③-weighted sum of the buffered models."""
 
-    name, uploads = "fedqs-avg", "model"
+    uploads = "model"
 
 
+@buffer_rule("fedqs-sgd")
 class FedQSSGD(_FedQS):
     """FedQS-SGD: the global model moves by the Mod③-weighted sum of the buffered updates
     (authors' variant: running statistics too, module docstring)."""
 
-    name, uploads = "fedqs-sgd", "update"
+    uploads = "update"
 
     @property
     def stats_updates(self) -> bool:
         return self.variant == "authors"
 
 
-BUFFER_RULES: dict[str, type] = {r.name: r for r in (FedAvg, FedSGD, FedBuff, MStep, WKAFL, FedQSAvg, FedQSSGD)}
+#: The built-in rules, in the order registered (a rule registered later, e.g. by a user's
+#: module, is in :data:`BUFFER_RULES` and so a ``--strategy`` too).
 SEMIASYNC_RULES = tuple(BUFFER_RULES)
-#: Rules whose --server-lr means something (FedBuff's and WKAFL's η_s, M-step's α).
-SERVER_LR_RULES = ("fedbuff", "mstep", "wkafl")
+
+
+def rule_options(name: str, values: Any):
+    """The options of rule ``name`` from ``values`` (a TrainConfig, or a mapping of option
+    names; absent or None: the option's default), checked; ``ValueError`` with one line."""
+    if name not in BUFFER_RULES:
+        raise ValueError(f"--strategy {name!r}: unknown semi-asynchronous rule; choose one of "
+                         f"{', '.join(BUFFER_RULES)}")
+    return options_from(BUFFER_RULES[name].Options, values)
+
+
+def build_buffer_rule(name: str, values: Any) -> BufferRule:
+    """The rule called ``name``, built from its options in ``values`` (:func:`rule_options`)."""
+    return BUFFER_RULES[name].build(rule_options(name, values))
+
+
+def _and(names: list[str]) -> str:
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def build_rule(name: str, server_lr: float | None = None, feedback: bool = True, variant: str = "paper",
                feedback_weight: str | None = None, weighting: str = "uniform") -> BufferRule:
-    """The rule called ``name``. Every argument is validated; each rule uses only its own
-    (``server_lr``: fedbuff, wkafl and mstep, whose own defaults serve when None;
-    ``feedback``, ``variant``, ``feedback_weight``: fedqs-*; ``weighting``: fedavg, fedsgd)."""
-    if name not in BUFFER_RULES:
-        raise ValueError(f"--strategy {name!r}: unknown semi-asynchronous rule; choose one of "
-                         f"{', '.join(SEMIASYNC_RULES)}")
-    if server_lr is not None:
-        _positive(server_lr, "server_lr", "--server-lr 1.0")
-    _FedQS(feedback, variant, feedback_weight)  # validates them, whichever rule is built
-    _Weighted(weighting)
-    if weighting != "uniform" and name not in ("fedavg", "fedsgd"):
-        raise ValueError(f"--weighting {weighting}: only fedavg and fedsgd take it ({name} weighs updates itself); drop it")
-    if name in SERVER_LR_RULES:
-        return BUFFER_RULES[name]() if server_lr is None else BUFFER_RULES[name](server_lr)
-    if name.startswith("fedqs"):
-        return BUFFER_RULES[name](feedback, variant, feedback_weight)
-    return BUFFER_RULES[name](weighting)
+    """The rule called ``name`` from keyword arguments (the spelling of tests and scripts):
+    every argument is validated, and one the rule does not read, given other than its
+    default here, is refused (``server_lr`` None: the rule's own default)."""
+    if not isinstance(feedback, (bool, np.bool_)):
+        raise ValueError(f"feedback {feedback!r}: must be True or False (False is the ablation without "
+                         f"Mod③'s feedback weights)")
+    given = {"server_lr": server_lr, "fedqs_no_feedback": not feedback, "fedqs_variant": variant,
+             "fedqs_feedback": feedback_weight, "weighting": weighting}
+    unset = {"server_lr": None, "fedqs_no_feedback": False, "fedqs_variant": "paper", "fedqs_feedback": None,
+             "weighting": "uniform"}
+    rule_options(name, {})  # an unknown name first
+    for option, value in given.items():
+        if value != unset[option] and option not in option_names(BUFFER_RULES[name].Options):
+            readers = [r for r, cls in BUFFER_RULES.items() if option in option_names(cls.Options)]
+            raise ValueError(f"--{option.replace('_', '-')} {value}: only {_and(readers)} take it ({name} does not "
+                             "read it); drop it")
+    return build_buffer_rule(name, given)

@@ -105,7 +105,7 @@ def strategy_options(strategy: str, sync: str | None, values) -> StrategyOptions
         raise ValueError(f"--sync {sync!r}: unknown; choose one of {', '.join(TRIGGERS)}")
     trigger_cls, rule_cls = trigger_of(strategy, sync), rule_of(strategy)
     sampling = options_from(SamplingOptions, values)
-    if sampling.clients_per_round is not None and trigger_cls.threshold:
+    if sampling.clients_per_round is not None and not trigger_cls.round_based:
         raise ValueError("--clients-per-round: client sampling needs round-based syncing; drop it or use --sync periodic")
     trigger_options = options_from(trigger_cls.Options, values)
     preset_tau = PRESETS[strategy].tau

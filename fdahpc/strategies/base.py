@@ -17,6 +17,7 @@ import torch
 
 from ..comm import Communicator
 from ..options import NoOptions, SketchShape
+from ..registry import registrar
 from .participation import Participation
 
 __all__ = ["BuildContext", "Trigger", "Rule", "TRIGGERS", "RULES", "trigger", "rule", "Synchronizer"]
@@ -101,13 +102,28 @@ class Trigger(_Part):
 
     #: Bytes of the local state each rank reduces every step (0 for fixed schedules).
     state_bytes = 0
-    #: Decides by comparing a variance estimate with Θ (FDA): rounds have no fixed length,
-    #: so client sampling does not apply, Θ is what a sweep varies and the estimate is
-    #: what a plot draws.
-    threshold = False
+    #: Decides by comparing an estimate with Θ (FDA): Θ is what a sweep varies, the
+    #: estimate is what a plot draws, and Θ names the run in a label.
+    theta_driven = False
+    #: Rounds end on a schedule that reads nothing the workers computed (a fixed τ), so
+    #: client sampling applies: a worker left out of a round has no drift or loss to
+    #: report. A trigger that reads the workers' models or losses sets it False and then
+    #: ``--clients-per-round`` is refused.
+    round_based = True
+    #: Whether :meth:`should_sync` reads the step's training loss (then a loop that gives
+    #: none is refused: ``ModelAverager.step(loss=...)``).
+    needs_loss = False
 
-    def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None) -> bool:
-        """Collective when ``state_bytes > 0``; must return the same value on every rank."""
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "threshold" in vars(cls):  # the one attribute this used to be: say which of the two is meant
+            raise TypeError(f"{cls.__name__}.threshold: split into theta_driven (Θ is what a sweep varies) and "
+                            "round_based (client sampling applies); set those instead")
+
+    def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None, loss: float | None = None) -> bool:
+        """Collective when ``state_bytes > 0``; must return the same value on every rank.
+        ``loss``: this rank's training loss of the step (None on a rank that client sampling
+        left out, or in a loop that does not give it; never None when :attr:`needs_loss`)."""
         raise NotImplementedError
 
     def on_sync(self, old_anchor: torch.Tensor | None, new_anchor: torch.Tensor) -> None:
@@ -141,26 +157,10 @@ TRIGGERS: dict[str, type[Trigger]] = {}
 RULES: dict[str, type[Rule]] = {}
 
 
-def _registrar(registry: dict, base: type, kind: str) -> Callable[[str], Callable[[type], type]]:
-    def register(name: str) -> Callable[[type], type]:
-        def add(cls: type) -> type:
-            if not issubclass(cls, base):
-                raise TypeError(f"@{kind}({name!r}): {cls.__name__} must subclass {base.__name__}")
-            if name in registry:
-                raise ValueError(f"@{kind}({name!r}): the name is taken by {registry[name].__name__}")
-            cls.name = name
-            registry[name] = cls
-            return cls
-
-        return add
-
-    return register
-
-
 #: ``@trigger("name")`` above a :class:`Trigger` subclass makes it ``--sync name``.
-trigger = _registrar(TRIGGERS, Trigger, "trigger")
+trigger = registrar(TRIGGERS, Trigger, "trigger")
 #: ``@rule("name")`` above a :class:`Rule` subclass registers it for presets.
-rule = _registrar(RULES, Rule, "rule")
+rule = registrar(RULES, Rule, "rule")
 
 
 class Synchronizer:
@@ -212,11 +212,15 @@ class Synchronizer:
         """Whether this rank trains in the current round (always, without client sampling)."""
         return self.participation.active
 
-    def after_step(self) -> bool:
-        """Call once after every local step (taken or skipped); True when the models were combined."""
+    def after_step(self, loss: float | None = None) -> bool:
+        """Call once after every local step (taken or skipped), with the step's training
+        loss when there is one; True when the models were combined."""
+        if loss is None and self.trigger.needs_loss and self.participating:
+            raise ValueError(f"loss: the {self.trigger.name} trigger reads the training loss; pass each step's, "
+                             "e.g. step(loss=loss.item())")
         self.steps += 1
-        if self.steps > self.warmup_steps and not self.trigger.should_sync(self.steps - self.warmup_steps, self.w,
-                                                                            self.anchor):
+        if self.steps > self.warmup_steps and not self.trigger.should_sync(
+                self.steps - self.warmup_steps, self.w, self.anchor, None if loss is None else float(loss)):
             return False
         self.sync()
         return True

@@ -78,7 +78,8 @@ class _FDATrigger(Trigger):
     """
 
     needs_anchor = True
-    threshold = True
+    theta_driven = True
+    round_based = False  # rounds end when the workers' drifts say so
     _state: tuple[str, ...] = ("theta", "calibrating", "round_start", "trigger_step")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0, every: int = 1,
@@ -114,7 +115,7 @@ class _FDATrigger(Trigger):
         self._u = torch.empty_like(w)
         self.state = self.state.to(w.device)
 
-    def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
+    def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor, loss: float | None = None) -> bool:
         if self._u is None:
             self._allocate(w)
         self.trigger_step = step

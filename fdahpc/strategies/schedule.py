@@ -33,7 +33,7 @@ class PeriodicTrigger(Trigger):
     def build(cls, ctx: BuildContext, options: PeriodicOptions) -> "PeriodicTrigger":
         return cls(options.steps(ctx.steps_per_epoch))
 
-    def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None) -> bool:
+    def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor | None, loss: float | None = None) -> bool:
         return step % self.tau == 0
 
     _state = ("tau",)
