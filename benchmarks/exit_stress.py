@@ -192,6 +192,12 @@ def main(argv=None) -> int:
         secs = sorted(float(r["seconds"]) for r in rows)
         reasons = sorted({r["why"] for r in bad})
         print(f"{case:<24} {len(rows):>5} {len(bad):>8} {secs[len(secs) // 2]:>9.1f}  {' | '.join(reasons)[:200]}")
+    # The goal counts per launcher: its cases together.
+    for launcher in dict.fromkeys(c.split("-")[0] for c in cases):
+        rows = [r for c in cases if c.startswith(launcher + "-") for r in done[c]]
+        if rows:
+            bad = sum(r["verdict"] != "clean" for r in rows)
+            print(f"{'launcher ' + launcher:<24} {len(rows):>5} {bad:>8}")
     return 0
 
 
