@@ -161,7 +161,9 @@ class TrainConfig:
             if getattr(self, name) == value:
                 object.__setattr__(self, name, None)
         #: The options the user gave (a flag, a TOML key, a keyword): every one must be read.
-        object.__setattr__(self, "given", frozenset(f.name for f in OPTION_FIELDS if getattr(self, f.name) not in (None, False)))
+        # (by identity: a given 0, such as --theta 0, is given; a flag left off is False)
+        object.__setattr__(self, "given", frozenset(f.name for f in OPTION_FIELDS
+                                                    if getattr(self, f.name) is not None and getattr(self, f.name) is not False))
         # The defaults of the options not given are filled in once, here (from where each is
         # declared, then the mode's), so that every reader and the run file see a value.
         mode = mode_of(self.mode)

@@ -105,6 +105,10 @@ def test_the_reported_combination_is_refused_and_a_copy_keeps_what_was_not_given
         TrainConfig(strategy="fedavg", fedqs_a=0.9)
     with pytest.raises(ValueError, match=r"^--theta: --strategy fedavg does not read it"):
         TrainConfig(strategy="fedavg", theta=3.0)
+    with pytest.raises(ValueError, match=r"^--theta: --strategy fedavg does not read it"):
+        TrainConfig(strategy="fedavg", theta=0.0)  # a given 0 is given
+    with pytest.raises(ValueError, match=r"^--warmup-steps: only used with --mode sync"):
+        TrainConfig(mode="semiasync", warmup_steps=0)
     # Filled-in defaults are not given: a copy with fewer clients gets a buffer that fits them,
     # and a copy into the other mode carries no option of the first one's defaults.
     semi = TrainConfig(mode="semiasync")
