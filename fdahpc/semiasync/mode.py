@@ -87,6 +87,7 @@ class SemiAsyncMode(Mode):
     noun = "a semi-asynchronous rule"
     options = ("clients", "buffer", "rounds", "speed_ratio", "clock", "scenario", "aggregate", "model_cache_gb", "spill_dir",
                "tau", "local_epochs", "clients_per_round")
+
     @property
     def RULE_OPTIONS(self) -> dict[str, frozenset[str]]:
         """What each rule reads beside the mode's options: its ``Options`` and its clients'
@@ -131,7 +132,7 @@ class SemiAsyncMode(Mode):
         from ..options import MeanOptions, PeriodicOptions, options_from
         from .clock import parse_scenarios
         from .fedqs import SIMILARITIES
-        from .rules import FEEDBACK_ALIASES, FEEDBACK_WEIGHTS, rule_options
+        from .rules import rule_options
 
         super().check(cfg)
         options_from(PeriodicOptions, cfg)  # a client's local job: --tau or --local-epochs
@@ -179,8 +180,6 @@ class SemiAsyncMode(Mode):
         rule_options(cfg.strategy, cfg)  # the rule's options, checked where they live
         fedqs_params(cfg)  # FedQS's ranges are checked where they live
         one_of("--fedqs-similarity", cfg.fedqs_similarity, SIMILARITIES)
-        if cfg.fedqs_feedback is not None:
-            one_of("--fedqs-feedback", cfg.fedqs_feedback, FEEDBACK_WEIGHTS + tuple(FEEDBACK_ALIASES))
         require(cfg.backend not in TORCH_BACKENDS, f"--backend {cfg.backend}: the semi-asynchronous coordinator needs "
                 "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
 
