@@ -4,7 +4,7 @@ Measures, for flat float32 buffers of d = 62 K, 2.6 M and 11.2 M values (LeNet-5
 ResNet-18) on K ranks (default 4):
 
 - ``raw``:  ``comm.Allreduce(MPI.IN_PLACE, numpy_buf, op=MPI.SUM)`` on a NumPy array, the floor;
-- ``mean``: ``MPICommunicator.allreduce_mean_(w, "sync")`` on ``fdahpc.params.flat_buffer(d)``,
+- ``mean``: ``MPICommunicator.allreduce_mean_(w, "model")`` on ``fdahpc.params.flat_buffer(d)``,
   exactly how ``FlatParams.w`` is allocated (what ``MeanRule`` does at every model sync);
   mean/raw is the headline ratio. Below ``MPICommunicator.split_mean_min`` values it is a
   1/K pass then the Allreduce; from there on a Reduce_scatter_block, 1/K over this rank's
@@ -71,12 +71,12 @@ def bench_one(mpi_comm, comm, dim: int, repeats: int, warmup: int):
         w.mul_(inv_k)
 
     def sum_scale():
-        comm.allreduce_sum_(w, "sync")
+        comm.allreduce_sum_(w, "model")
         w.mul_(inv_k)
 
     calls = {
         "raw": (raw, lambda: mpi_comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)),
-        "mean": (w_np, lambda: comm.allreduce_mean_(w, "sync")),
+        "mean": (w_np, lambda: comm.allreduce_mean_(w, "model")),
         "sum+scale": (w_np, sum_scale),
         "scale": (w_np, scale),
     }

@@ -16,13 +16,13 @@ panel per (partition, K)) to ``comm_cost.png``.
 Goals (the FDA paper's LeNet-5 results): FDA needs >= 30x less communication than
 Synchronous at about the same number of steps, and >= 3x less than FedAdam.
 
-Strategy entries (``--strategies``, comma-separated) are ``NAME[+SYNC][:FLAG=VALUE...]``:
-NAME is any ``--strategy`` of fdahpc.train, ``+SYNC`` sets ``--sync`` (a trigger:
+Strategy entries (``--strategies``, comma-separated) are ``NAME[+TRIGGER][:FLAG=VALUE...]``:
+NAME is any ``--strategy`` of fdahpc.train, ``+TRIGGER`` sets ``--trigger`` (a trigger:
 ``linear``, ``sketch``, ``periodic`` ...) and each ``:FLAG=VALUE`` adds ``--FLAG VALUE``
 (``:FLAG`` alone adds a switch). Entries whose trigger is ``linear`` or ``sketch`` (given by
-``+SYNC``, or the presets ``linearfda`` / ``sketchfda``) run once per Θ of ``--thetas``
+``+TRIGGER``, or the presets ``linearfda`` / ``sketchfda``) run once per Θ of ``--thetas``
 unless they fix ``:theta=X`` themselves. Examples: ``fedavg:local-epochs=1``,
-``fedadam``, ``fedavgm:tau=100``, ``fedadam+sketch`` (= ``--strategy fedadam --sync sketch
+``fedadam``, ``fedavgm:tau=100``, ``fedadam+sketch`` (= ``--strategy fedadam --trigger sketch
 --theta X``). ``--thetas`` is one list for every FDA trigger (``1,2,4``) or one per trigger
 (``linear=1,2,4;sketch=1,2,4``). Names are checked against fdahpc's registry before any run.
 
@@ -95,13 +95,13 @@ class Entry:
 
     text: str
     name: str
-    sync: str | None
+    trigger_flag: str | None  # the entry's --trigger (None: the preset's)
     flags: tuple[str, ...] = field(default=())
     fixed_theta: bool = False
 
     @property
     def trigger(self) -> str | None:
-        return self.sync or FDA_PRESETS.get(self.name)
+        return self.trigger_flag or FDA_PRESETS.get(self.name)
 
     @property
     def sweeps_theta(self) -> bool:
@@ -110,7 +110,7 @@ class Entry:
     @property
     def family(self) -> str:
         """Strategy and trigger, e.g. ``fedadam+linear``: what a baseline is named by."""
-        return self.name + (f"+{self.sync}" if self.sync else "")
+        return self.name + (f"+{self.trigger_flag}" if self.trigger_flag else "")
 
     @property
     def label(self) -> str:
@@ -121,9 +121,9 @@ class Entry:
 
 def parse_entry(text: str) -> Entry:
     head, *opts = text.strip().split(":")
-    name, _, sync = head.partition("+")
+    name, _, trigger = head.partition("+")
     if not name:
-        raise ValueError(f"--strategies entry {text!r}: empty strategy name; use NAME[+SYNC][:FLAG=VALUE...]")
+        raise ValueError(f"--strategies entry {text!r}: empty strategy name; use NAME[+TRIGGER][:FLAG=VALUE...]")
     flags, fixed_theta = [], False
     for opt in opts:
         key, eq, value = opt.partition("=")
@@ -132,7 +132,7 @@ def parse_entry(text: str) -> Entry:
             raise ValueError(f"--strategies entry {text!r}: empty flag; write e.g. {name}:local-epochs=1")
         fixed_theta |= key == "theta"
         flags += [f"--{key}", value] if eq else [f"--{key}"]
-    return Entry(text.strip(), name, sync or None, tuple(flags), fixed_theta)
+    return Entry(text.strip(), name, trigger or None, tuple(flags), fixed_theta)
 
 
 def parse_thetas(text: str) -> dict[str, list[float]]:
@@ -152,7 +152,7 @@ def parse_thetas(text: str) -> dict[str, list[float]]:
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a 2-3 minute subset: iid, K=4, Θ=2, target 0.85, <= 3 epochs")
-    p.add_argument("--strategies", help=f"comma-separated entries NAME[+SYNC][:FLAG=VALUE...] (default {DEFAULTS['strategies']})")
+    p.add_argument("--strategies", help=f"comma-separated entries NAME[+TRIGGER][:FLAG=VALUE...] (default {DEFAULTS['strategies']})")
     p.add_argument("--thetas", help=f"Θ list for FDA triggers, e.g. 1,2,4 or linear=1,2;sketch=2,4 (default {DEFAULTS['thetas']})")
     p.add_argument("--workers", help=f"comma-separated K (default {DEFAULTS['workers']})")
     p.add_argument("--partitions", help=f"comma-separated partition specs (default {DEFAULTS['partitions']})")
@@ -162,7 +162,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", help=f"comma-separated run seeds (default {DEFAULTS['seeds']})")
     p.add_argument("--eval-every", type=int, help=f"evaluate every N steps (default {DEFAULTS['eval_every']})")
     p.add_argument("--baselines", default="synchronous,fedadam,fedavgm",
-                   help="strategy families (NAME or NAME+SYNC) to compare the others against, one table each")
+                   help="strategy families (NAME or NAME+TRIGGER) to compare the others against, one table each")
     p.add_argument("--dataset", default="fashion-mnist", help="dataset flag of fdahpc.train (default fashion-mnist)")
     p.add_argument("--model", default="lenet5", help="model flag of fdahpc.train (default lenet5)")
     p.add_argument("--extra", default="", help="more fdahpc.train flags for every run, one quoted string")
@@ -224,7 +224,7 @@ def plan(args) -> list[Job]:
                 for e in args.entries:
                     thetas = args.theta_lists[e.trigger] if e.sweeps_theta else [None]
                     for theta in thetas:
-                        flags = ["--strategy", e.name, *(["--sync", e.sync] if e.sync else []),
+                        flags = ["--strategy", e.name, *(["--trigger", e.trigger_flag] if e.trigger_flag else []),
                                  *(["--theta", f"{theta:g}"] if theta is not None else []), *e.flags,
                                  "--model", args.model, "--dataset", args.dataset, "--partition", partition,
                                  "--epochs", f"{args.max_epochs:g}", "--target-accuracy", f"{args.target:g}",

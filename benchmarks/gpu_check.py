@@ -72,7 +72,7 @@ def check_allreduce(dim: int, repeats: int) -> int:
     raw = w.clone()
     ours, base = [], []
     for i in range(repeats + 3):  # interleaved: both see the same machine state
-        t_ours = _cuda_time(lambda: comm.allreduce_mean_(w, "sync"), 1, warmup=0)
+        t_ours = _cuda_time(lambda: comm.allreduce_mean_(w, "model"), 1, warmup=0)
         t_raw = _cuda_time(lambda: dist.all_reduce(raw), 1, warmup=0)
         if i >= 3:
             ours.append(t_ours)

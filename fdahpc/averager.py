@@ -17,9 +17,12 @@ defaults.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from torch import nn
+
+from .renamed import take_old
 
 __all__ = ["ModelAverager"]
 
@@ -41,15 +44,17 @@ class ModelAverager:
 
         if strategy not in PRESETS:
             raise ValueError(f"strategy {strategy!r}: unknown; choose one of {', '.join(PRESETS)}")
-        sync = options.pop("sync", None)
-        known = option_names_of(strategy, sync)
+        for line in take_old(options, "ModelAverager", "keyword"):  # sync= is trigger='s old name
+            warnings.warn(line, DeprecationWarning, stacklevel=2)
+        trigger = options.pop("trigger", None)
+        known = option_names_of(strategy, trigger)
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(f"option {unknown[0]!r}: unknown for {strategy}; it takes {', '.join(sorted(known | {'sync'}))}")
-        strategy_options(strategy, sync, options)  # checked before anything is built
+            raise ValueError(f"option {unknown[0]!r}: unknown for {strategy}; it takes {', '.join(sorted(known | {'trigger'}))}")
+        strategy_options(strategy, trigger, options)  # checked before anything is built
         self.comm = comm if comm is not None else make_communicator()
         self.flat = FlatParams(model)
-        self.strategy = build_strategy(strategy, sync, options, self.comm, self.flat.w, steps_per_epoch, num_samples, seed)
+        self.strategy = build_strategy(strategy, trigger, options, self.comm, self.flat.w, steps_per_epoch, num_samples, seed)
         self.comm.bcast_(self.flat.w, "control")  # one initial model everywhere
         self.strategy.reset()
 

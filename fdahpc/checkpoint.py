@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from . import faults
+from .renamed import current_options
 
 __all__ = ["MANIFEST", "CheckpointError", "Resumed", "identity", "check_folder", "save", "latest", "resolve",
            "read_manifest", "check_identity", "changed_options", "load_rank", "find", "open_for_resume", "save_or_warn"]
@@ -85,7 +86,7 @@ def changed_options(cfg, resumed: "Resumed | None") -> dict[str, tuple[Any, Any]
 
     if resumed is None:
         return {}
-    old, new = resumed.manifest.get("config", {}), _options(cfg)
+    old, new = current_options(resumed.manifest.get("config", {})), _options(cfg)
     return {k: (old.get(k), new[k]) for k in sorted(RESUMABLE - {"resume"}) if old.get(k) != new[k]}
 
 
@@ -368,5 +369,6 @@ def prepare(cfg, comm, stem: str) -> tuple[tuple[str, dict] | None, str]:
 def open_for_resume(cfg, found: tuple[str, dict], rank: int, world_size: int, params: int) -> Resumed:
     """This rank's state from the checkpoint ``find`` returned, checked against this run."""
     folder, manifest = found
-    check_identity(manifest, identity(cfg, world_size, params), folder)
+    # A checkpoint written before an option was renamed names it the old way.
+    check_identity(current_options(manifest), identity(cfg, world_size, params), folder)
     return Resumed(folder, manifest, load_rank(folder, manifest, rank))

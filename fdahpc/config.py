@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .options import TextModelOptions, betas_value, theta_value
+from .renamed import RENAMED_OPTIONS, say, take_old
 
 __all__ = ["TrainConfig", "parse_args", "RESUMABLE", "COMMON", "OPTION_FIELDS", "DEFAULTS_FROM"]
 
@@ -32,7 +33,7 @@ class TrainConfig:
     # What to run.
     mode: str = _f("sync", "sync (every rank a worker, in lockstep) or semiasync (rank 0 serves, the others host --clients)")
     strategy: str | None = _f(None, "strategy (sync mode, default sketchfda) or aggregation rule (semiasync, default fedqs-avg); see --help")
-    sync: str | None = _f(None, "sync: override the strategy's trigger: periodic, linear or sketch")
+    trigger: str | None = _f(None, "sync: override the strategy's trigger: every, periodic, linear or sketch (once --sync)")
     model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star, resnet18; on a text: gpt or lstm; or your own "
                     "module.path:function returning an nn.Module (docs/own-model.md)")
     dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10, synthetic or synthetic:N (N training images), "
@@ -204,7 +205,7 @@ COMMON = frozenset((
 #: The flags by family: ``--help`` shows one group each, and a TOML file may nest a
 #: family's keys in a table of its name (``[fda]`` ``theta = 2``). Every field is in one.
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "run": ("mode", "strategy", "sync", "model", "dataset", "data_dir", "partition"),
+    "run": ("mode", "strategy", "trigger", "model", "dataset", "data_dir", "partition"),
     "text": ("context", "gpt_layers", "gpt_heads", "gpt_width"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy", "target_loss",
                  "eval_samples", "eval_every", "seed", "drop_last", "clip_grad_norm"),
@@ -368,6 +369,8 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
                 group.add_argument(flag, action="store_true", help=helptext)
             else:
                 group.add_argument(flag, type=_arg_type(f), help=helptext, metavar=f.name.upper())
+    for old, new in RENAMED_OPTIONS.items():  # the old spellings, hidden; parse_args renames them
+        p.add_argument("--" + old.replace("_", "-"), type=_arg_type(by_name[new]), help=argparse.SUPPRESS)
     return p
 
 
@@ -438,14 +441,17 @@ def load_toml(path: str) -> dict[str, Any]:
             for inner, v in value.items():
                 name = inner.replace("-", "_")
                 _removed(name)
-                _require(name in FAMILIES[key], f"--config {path}: [{key}] has no key {inner!r}; "
+                _require(name in FAMILIES[key] or RENAMED_OPTIONS.get(name) in FAMILIES[key],
+                         f"--config {path}: [{key}] has no key {inner!r}; "
                          f"it holds {', '.join(n.replace('_', '-') for n in FAMILIES[key])}")
                 out[name] = v
             continue
         name = key.replace("-", "_")
         _removed(name)
-        _require(name in names, f"--config {path}: unknown key {key!r}; keys are the flag names, e.g. batch-size")
+        _require(name in names or name in RENAMED_OPTIONS,
+                 f"--config {path}: unknown key {key!r}; keys are the flag names, e.g. batch-size")
         out[name] = value
+    say(take_old(out, f"--config {path}", "key"))
     return out
 
 
@@ -468,8 +474,10 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         if arg.startswith("--"):
             _removed(arg)
     ns = vars(build_parser().parse_args(argv))
+    notes = take_old(ns)
     merged = load_toml(ns.pop("config")) if "config" in ns else {}
     merged.update(ns)
+    say(notes)
     try:
         return TrainConfig(**merged)
     except TypeError as exc:  # a TOML value of the wrong type

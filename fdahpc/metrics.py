@@ -39,6 +39,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .renamed import current_options
+
 __all__ = ["layout_of", "RunFile", "NullRunFile", "open_run_file", "check_writable", "read_run_file", "convergence_metrics"]
 
 
@@ -208,7 +210,7 @@ def layout_of(attrs: dict) -> dict[str, Any]:
         config = json.loads(text(attrs.get("config", "{}")))
     except json.JSONDecodeError:
         config = {}
-    config = dict(config if isinstance(config, dict) else {}, strategy=text(attrs["strategy"]))
+    config = dict(current_options(config) if isinstance(config, dict) else {}, strategy=text(attrs["strategy"]))
     for name in ("partition", "clients", "buffer"):  # the attributes win, as they always did
         if name in attrs:
             config[name] = attrs[name].item() if hasattr(attrs[name], "item") else text(attrs[name])

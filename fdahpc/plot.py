@@ -49,7 +49,7 @@ def _float_or_none(value) -> float | None:
 
 
 def run_label(attrs: dict, config: dict) -> str:
-    """``"sketchfda K=8 θ=1 iid"``: how the run file's layout names the run (strategy, workers
+    """``"sketchfda workers=8 θ=1 iid"``: how the run file's layout names the run (strategy, workers
     and only the settings that apply; :meth:`fdahpc.run.Mode.layout`)."""
     from .metrics import layout_of
 

@@ -3,7 +3,7 @@
     python -m fdahpc.summary runs/*.h5
     python -m fdahpc.summary --provenance run.h5   # also what decided its bits
 
-Columns: status, strategy, K (workers; semi-asynchronous: clients N and buffer K), steps
+Columns: status, strategy, workers (semi-asynchronous: clients and buffer), steps
 (rounds), synchronizations, training GB, the last test accuracy, the convergence accuracy
 (semi-asynchronous: the FedQS paper's, the mean of the last 20 evaluations; with the mode's
 defaults, 400 aggregations evaluated after each, the paper's protocol) and where the
@@ -90,7 +90,7 @@ def format_provenance(path: str) -> str:
 
 
 def format_table(rows: Sequence[Summary]) -> str:
-    header = ("status", "strategy", "K", "steps", "syncs", "GB", "accuracy", "conv20", "target", "file")
+    header = ("status", "strategy", "workers", "steps", "syncs", "GB", "accuracy", "conv20", "target", "file")
     lines = [header] + [(r.status, r.strategy, r.workers, str(r.steps), str(r.syncs), f"{r.gigabytes:.4f}",
                          f"{r.accuracy:.4f}", "-" if np.isnan(r.convergence) else f"{r.convergence:.4f}", r.target,
                          r.path) for r in rows]

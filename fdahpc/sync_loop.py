@@ -12,6 +12,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from .renamed import current_purposes
 from .run import Job, Mode, Outcome, load_data, new_model
 
 __all__ = ["MODE", "SyncMode", "SyncJob", "reached"]
@@ -23,19 +24,19 @@ log = logging.getLogger("fdahpc")
 DEFAULT_EPOCHS, DEFAULT_STOP_CHECK_EVERY = 5.0, 10
 
 
-def _theta_driven(strategy: str, sync: str | None) -> bool:
+def _theta_driven(strategy: str, trigger: str | None) -> bool:
     """Whether the run's trigger compares an estimate with Θ (then Θ names the run)."""
     from .strategies import PRESETS, TRIGGERS, trigger_of
 
-    if strategy not in PRESETS or (sync is not None and sync not in TRIGGERS):
+    if strategy not in PRESETS or (trigger is not None and trigger not in TRIGGERS):
         return False  # a run file from another version: no label is better than a wrong one
-    return trigger_of(strategy, sync).theta_driven
+    return trigger_of(strategy, trigger).theta_driven
 
 
 class SyncMode(Mode):
     name = "sync"
     noun = "a synchronous strategy"
-    options = ("sync", "max_steps", "epochs", "stop_check_every")
+    options = ("trigger", "max_steps", "epochs", "stop_check_every")
 
     def strategies(self) -> tuple[str, ...]:
         from .strategies import STRATEGIES
@@ -51,7 +52,7 @@ class SyncMode(Mode):
         from .options import SamplingOptions, SketchShape, WarmupOptions, option_names
         from .strategies import strategy_options
 
-        o = strategy_options(cfg.strategy, cfg.sync, cfg)
+        o = strategy_options(cfg.strategy, cfg.trigger, cfg)
         parts = [type(o.trigger_options), type(o.rule_options), WarmupOptions]
         parts += [SamplingOptions] if o.trigger.round_based else []
         parts += [SketchShape] if o.uses_sketch else []
@@ -65,22 +66,22 @@ class SyncMode(Mode):
         triggers = [t for t, cls in TRIGGERS.items() if name in option_names(cls.Options)]
         strategies = [s for s, p in PRESETS.items() if p.trigger in triggers or name in option_names(RULES[p.rule].Options)]
         out += [f"--strategy {', '.join(strategies)}"] if strategies else []
-        out += [f"--sync {', '.join(triggers)}"] if triggers else []
+        out += [f"--trigger {', '.join(triggers)}"] if triggers else []
         if name in option_names(SamplingOptions):
-            out.append("round-based triggers (--sync every, periodic)")
+            out.append("round-based triggers (--trigger every, periodic)")
         if name in option_names(SketchShape):
             out.append("sketchfda and --fedadp-angles sketch")
         return out
 
     def who(self, cfg) -> str:
-        return f"--strategy {cfg.strategy}" + (f" --sync {cfg.sync}" if cfg.sync else "")
+        return f"--strategy {cfg.strategy}" + (f" --trigger {cfg.trigger}" if cfg.trigger else "")
 
     def layout(self, config: dict, world_size: int | None) -> dict:
         strategy = str(config.get("strategy"))
-        label = [strategy] + ([f"K={world_size}"] if world_size is not None else [])
+        label = [strategy] + ([f"workers={world_size}"] if world_size is not None else [])  # K in the FDA paper
         # Θ names a run only when its trigger compares an estimate with Θ (every older config
         # carries a default Θ, which on a FedAvg line would suggest it mattered); τ when given.
-        if _theta_driven(strategy, config.get("sync")) and config.get("theta") is not None:
+        if _theta_driven(strategy, config.get("trigger")) and config.get("theta") is not None:
             theta = config["theta"]
             label.append(f"θ={theta:g}" if isinstance(theta, (int, float)) else f"θ={theta}")
         if config.get("tau") is not None:
@@ -96,7 +97,7 @@ class SyncMode(Mode):
         from .strategies import strategy_options
 
         super().check(cfg)
-        strategy_options(cfg.strategy, cfg.sync, cfg)  # the trigger's and the rule's options, checked
+        strategy_options(cfg.strategy, cfg.trigger, cfg)  # the trigger's and the rule's options, checked
         if cfg.weighting != "uniform" and cfg.strategy == "fedadp":
             raise ValueError("--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
 
@@ -149,7 +150,7 @@ class SyncMode(Mode):
                              f"batch of {cfg.batch_size}; lower --batch-size, use fewer ranks or drop --drop-last")
         batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank, device=comm.device,
                               drop_last=cfg.drop_last)
-        strategy = build_strategy(cfg.strategy, cfg.sync, cfg, comm, flat.w, steps_per_epoch,
+        strategy = build_strategy(cfg.strategy, cfg.trigger, cfg, comm, flat.w, steps_per_epoch,
                                   num_samples=len(data.y_train), seed=cfg.seed)
         return SyncJob(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps)
 
@@ -240,6 +241,7 @@ class SyncJob(Job):
         torch.set_rng_state(state["torch_rng"])
         self.comm.load_state_dict(state["comm"])
         self.progress = Progress(**state["progress"])
+        self.progress.bytes_before = current_purposes(self.progress.bytes_before)  # older checkpoints: "sync"
 
     def final_model(self):
         return self.flat.w.cpu().numpy()
@@ -344,7 +346,7 @@ class SyncJob(Job):
             folder = save_checkpoint(progress.step)
         result.update(
             steps=strategy.steps, syncs=strategy.syncs, comm_bytes=strategy.comm_bytes(),
-            comm_bytes_rank0=sent("sync") + sent("monitor"),
+            comm_bytes_rank0=sent("model") + sent("monitor"),
             comm_bytes_monitor_rank0=sent("monitor"), comm_bytes_eval_rank0=sent("eval"),
             wall_seconds=elapsed(), eval_seconds=progress.eval_seconds, last_eval_step=progress.last_eval,
             stopped_at=progress.step if stopped_by else -1,

@@ -14,10 +14,10 @@ pytestmark = pytest.mark.distributed
 def test_allreduce_mean_numpy_and_torch(comm):
     k, r = comm.world_size, comm.rank
     a = np.full(1000, float(r), dtype=np.float32)
-    comm.allreduce_mean_(a, "sync")
+    comm.allreduce_mean_(a, "model")
     assert np.allclose(a, sum(range(k)) / k)
     t = torch.arange(7, dtype=torch.float32) + r
-    out = comm.allreduce_mean_(t, "sync")
+    out = comm.allreduce_mean_(t, "model")
     assert out is t
     assert torch.allclose(t, torch.arange(7, dtype=torch.float32) + sum(range(k)) / k)
 
@@ -34,11 +34,11 @@ def test_allreduce_mean_of_a_large_buffer_matches_the_naive_mean(comm, extra):
     t = torch.from_numpy(rows[r].copy())
     for _ in range(2):  # the second call reuses the cached view of t
         t.copy_(torch.from_numpy(rows[r]))
-        comm.allreduce_mean_(t, "sync")
+        comm.allreduce_mean_(t, "model")
         assert np.allclose(t.numpy(), expected, rtol=0, atol=1e-6)
     assert np.array_equal(comm.allgather(t.numpy()[-5:], "eval")[0], t.numpy()[-5:])
     fresh = np.full(d, float(r), dtype=np.float64)
-    comm.allreduce_mean_(fresh, "sync")
+    comm.allreduce_mean_(fresh, "model")
     assert np.all(fresh == sum(range(k)) / k)
 
 
@@ -56,7 +56,7 @@ def test_byte_counters_by_purpose(comm):
     comm.allreduce_sum_(torch.zeros(5, dtype=torch.float32), "eval")
     assert comm.bytes_sent["monitor"] - before["monitor"] == 40 + 24
     assert comm.bytes_sent["eval"] - before["eval"] == 20
-    assert comm.bytes_sent["sync"] == before["sync"]
+    assert comm.bytes_sent["model"] == before["model"]
     with pytest.raises(ValueError, match="purpose"):
         comm.allreduce_sum_(np.zeros(1), "training")
 
@@ -79,7 +79,7 @@ def test_rejects_non_contiguous(comm):
     if comm.world_size == 1:
         pytest.skip("the local backend never touches the buffer")
     with pytest.raises(ValueError, match="contiguous"):
-        comm.allreduce_sum_(np.zeros((4, 4), np.float32)[:, 0], "sync")
+        comm.allreduce_sum_(np.zeros((4, 4), np.float32)[:, 0], "model")
 
 
 def _needs_point_to_point(comm):
@@ -98,7 +98,7 @@ def test_point_to_point_ring_with_probe_and_counts(comm):
     k, r = comm.world_size, comm.rank
     before = dict(comm.bytes_sent)
     payload = np.arange(6, dtype=np.float32) + 100 * r
-    req = comm.isend(payload, (r + 1) % k, tag=7, purpose="sync")
+    req = comm.isend(payload, (r + 1) % k, tag=7, purpose="model")
     comm.send_(np.array([r, 42], dtype=np.float64), (r + 1) % k, tag=8, purpose="control")
     st = comm.probe(source=ANY, tag=8)
     assert (st.source, st.tag, st.nbytes) == ((r - 1) % k, 8, 16)
@@ -112,7 +112,7 @@ def test_point_to_point_ring_with_probe_and_counts(comm):
     req.wait()
     assert req.test()
     assert comm.iprobe(tag=7) is None
-    assert comm.bytes_sent["sync"] - before["sync"] == 24
+    assert comm.bytes_sent["model"] - before["model"] == 24
     assert comm.bytes_sent["control"] - before["control"] == 16
 
 
@@ -123,7 +123,7 @@ def test_local_point_to_point_refuses_what_would_hang():
     with pytest.raises(RuntimeError, match="wait forever"):
         local.recv_(np.zeros(2))
     with pytest.raises(ValueError, match="only rank 0"):
-        local.send_(np.zeros(2), 1, tag=0, purpose="sync")
+        local.send_(np.zeros(2), 1, tag=0, purpose="model")
 
 
 def test_outbox_keeps_buffers_until_sent_and_drains(comm):
@@ -133,7 +133,7 @@ def test_outbox_keeps_buffers_until_sent_and_drains(comm):
     k, r = comm.world_size, comm.rank
     out = Outbox(comm)
     for i in range(3):
-        out.post(np.full(4, 10 * r + i, dtype=np.float32), (r + 1) % k, tag=30, purpose="sync")  # no reference kept here
+        out.post(np.full(4, 10 * r + i, dtype=np.float32), (r + 1) % k, tag=30, purpose="model")  # no reference kept here
     got = np.zeros(4, dtype=np.float32)
     for i in range(3):
         comm.recv_(got, (r - 1) % k, tag=30)

@@ -23,7 +23,7 @@ def worker_model(rank, rnd, d=D):
 
 def make(comm, strategy="diloco", **options):
     w = torch.from_numpy(worker_model(99, 0))
-    return build_strategy(strategy, options.pop("sync", None), options, comm, w, steps_per_epoch=3, num_samples=10)
+    return build_strategy(strategy, options.pop("trigger", None), options, comm, w, steps_per_epoch=3, num_samples=10)
 
 
 def test_outer_step_matches_a_hand_computation():
@@ -99,7 +99,7 @@ def test_diloco_preset_and_options():
     strat = make(LocalCommunicator())
     assert (strat.rule.optimizer.eta, strat.rule.optimizer.mu) == (0.7, 0.9)
     assert strat.trigger.tau == 500
-    fda = make(LocalCommunicator(), sync="linear", theta=2.0)  # any trigger drives it
+    fda = make(LocalCommunicator(), trigger="linear", theta=2.0)  # any trigger drives it
     assert isinstance(fda.trigger, LinearFDATrigger) and isinstance(fda.rule, DiLoCoRule)
     with pytest.raises(ValueError, match="--local-epochs: diloco's round is --tau steps"):
         TrainConfig(strategy="diloco", local_epochs=2)

@@ -5,7 +5,7 @@ one line, nothing in the package edited.
 - ``loss-plateau``: synchronize once the workers' mean training loss has not reached a new
   low for ``plateau_steps`` steps; driven through :class:`fdahpc.ModelAverager` on one and
   two MPI ranks whose losses differ, against the sync steps worked out by hand, and by the
-  training loop (``--sync loss-plateau``), against a replay of the losses it recorded.
+  training loop (``--trigger loss-plateau``), against a replay of the losses it recorded.
 - ``freshest`` (docs/extending.md, "Adding a buffer rule"): the mean of the least-stale
   buffered models; built through the registry, aggregating a written-down buffer against a
   hand computation, then a semi-async run on two MPI ranks.
@@ -97,7 +97,7 @@ def drive(comm) -> dict:
     torch.manual_seed(comm.rank)  # different models: the average is visible
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    avg = ModelAverager(model, comm, "fedavg", sync="loss-plateau", plateau_steps=2)
+    avg = ModelAverager(model, comm, "fedavg", trigger="loss-plateau", plateau_steps=2)
     x, y = torch.randn(8, 3, generator=torch.Generator().manual_seed(comm.rank)), torch.ones(8, 1)
     sign = 1.0 if comm.rank == 0 else -1.0
     syncs = []
@@ -119,20 +119,20 @@ def test_a_loss_trigger_registered_in_one_line_runs_in_model_averager(plateau):
     out = drive(LocalCommunicator())
     assert out["syncs"] == SYNCS_BY_HAND
     assert out["comm_bytes"] == 2 * 4 * out["dim"] * 3 + 4 * 10  # models up and down at 3 syncs, 4 bytes a step
-    avg = ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", sync="loss-plateau")
+    avg = ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", trigger="loss-plateau")
     with pytest.raises(ValueError, match=r"^loss: the loss-plateau trigger reads the training loss"):
         avg.step()
     with pytest.raises(ValueError, match=r"^--plateau-steps 0: must be an integer >= 1"):
-        ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", sync="loss-plateau", plateau_steps=0)
+        ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", trigger="loss-plateau", plateau_steps=0)
     with pytest.raises(ValueError, match=r"^--clients-per-round: client sampling needs round-based syncing"):
         strategy_options("fedavg", "loss-plateau", {"clients_per_round": 1})
     # The command line: Θ is not read by a trigger that is not Θ-driven, sampling not by one that reads losses.
     from fdahpc.config import TrainConfig
 
-    with pytest.raises(ValueError, match=r"^--theta: --strategy fedavg --sync loss-plateau does not read it"):
-        TrainConfig(strategy="fedavg", sync="loss-plateau", theta="auto")
+    with pytest.raises(ValueError, match=r"^--theta: --strategy fedavg --trigger loss-plateau does not read it"):
+        TrainConfig(strategy="fedavg", trigger="loss-plateau", theta="auto")
     with pytest.raises(ValueError, match=r"^--clients-per-round: "):
-        TrainConfig(strategy="fedavg", sync="loss-plateau", clients_per_round=1)
+        TrainConfig(strategy="fedavg", trigger="loss-plateau", clients_per_round=1)
     # The periodic trigger ignores the loss it is given.
     periodic = ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", tau=2)
     assert [periodic.step(loss=float(s)) for s in range(4)] == [False, True, False, True]
@@ -151,7 +151,7 @@ def _replay(losses, patience):
 
 
 def test_the_training_loop_hands_the_loss_to_the_trigger(plateau, tmp_path):
-    """``python -m fdahpc.train --sync loss-plateau``'s loop, in process: the trigger sees each
+    """``python -m fdahpc.train --trigger loss-plateau``'s loop, in process: the trigger sees each
     step's real training loss and synchronizes where the recorded losses say it should."""
     import h5py
 
@@ -159,7 +159,7 @@ def test_the_training_loop_hands_the_loss_to_the_trigger(plateau, tmp_path):
     from fdahpc.config import TrainConfig
     from fdahpc.run import build, run as train
 
-    cfg = TrainConfig(strategy="fedavg", sync="loss-plateau", dataset="mnist5k", max_steps=40, batch_size=16,
+    cfg = TrainConfig(strategy="fedavg", trigger="loss-plateau", dataset="mnist5k", max_steps=40, batch_size=16,
                       lr=0.05, log_every=10**6, out=str(tmp_path / "p.h5"))
     res = train(build(cfg, LocalCommunicator()))
     with h5py.File(tmp_path / "p.h5") as f:

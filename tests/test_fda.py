@@ -207,7 +207,7 @@ def test_readme_trigger_example_registers_and_runs(tmp_path):
     block = re.search(r"# Adding a trigger or a rule.*?```python\n(.*?)```", text, re.S).group(1)
     exec(compile(block, "docs/extending.md", "exec"), {})
     try:
-        cfg = TrainConfig(strategy="fedavg", sync="drift-norm", theta=0.05, dataset="mnist5k", max_steps=20,
+        cfg = TrainConfig(strategy="fedavg", trigger="drift-norm", theta=0.05, dataset="mnist5k", max_steps=20,
                           batch_size=16, log_every=10**6, out=str(tmp_path / "r.h5"))
         setup = build(cfg, LocalCommunicator())
         res = train(setup)
@@ -279,7 +279,7 @@ def test_theta_auto_once_is_the_variance_of_the_first_round(comm, kind):
     assert comm.bytes_sent["monitor"] - monitor0 == 4  # one float, once
     w = 0.05 * walk[11].clone()
     drifts = comm.allgather(w.numpy().astype(np.float64), "eval")
-    comm.allreduce_mean_(w, "sync")
+    comm.allreduce_mean_(w, "model")
     trig.on_sync(anchor, w)
     exact = float((drifts ** 2).sum(1).mean() - (drifts.mean(0) ** 2).sum())
     assert not trig.calibrating

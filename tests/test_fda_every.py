@@ -69,7 +69,7 @@ def test_decisions_wait_for_the_checked_step(comm, lag):
 
 
 def test_fda_every_refusals(tmp_path):
-    with pytest.raises(ValueError, match=r"--fda-every: --strategy fedavg does not read it \(read by --strategy linearfda, sketchfda or --sync linear, sketch\)"):
+    with pytest.raises(ValueError, match=r"--fda-every: --strategy fedavg does not read it \(read by --strategy linearfda, sketchfda or --trigger linear, sketch\)"):
         TrainConfig(strategy="fedavg", fda_every=2)
     with pytest.raises(ValueError, match="--fda-every: only used with --mode sync"):
         TrainConfig(mode="semiasync", fda_every=3)

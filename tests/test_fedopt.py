@@ -25,7 +25,7 @@ def worker_model(rank, rnd, d=D):
 
 def make(comm, strategy, **options):
     w = torch.from_numpy(worker_model(99, 0))  # the common initial model
-    return build_strategy(strategy, options.pop("sync", None), options, comm, w, steps_per_epoch=3,
+    return build_strategy(strategy, options.pop("trigger", None), options, comm, w, steps_per_epoch=3,
                           num_samples=100 + 10 * comm.rank)
 
 
@@ -135,17 +135,17 @@ def test_sampled_rounds_average_only_the_participants(comm):
     # One participant per round trains, but every rank takes part in the AllReduce and is counted.
     assert strat.comm_bytes() == 3 * 4 * D * comm.world_size * 2
     with pytest.raises(ValueError, match="clients-per-round"):
-        make(comm, "fedavg", sync="linear", clients_per_round=1)
+        make(comm, "fedavg", trigger="linear", clients_per_round=1)
 
 
 def test_any_trigger_drives_any_rule():
     comm = LocalCommunicator()
-    strat = make(comm, "fedadam", sync="sketch", theta=0.5)
+    strat = make(comm, "fedadam", trigger="sketch", theta=0.5)
     assert isinstance(strat.trigger, SketchFDATrigger) and isinstance(strat.rule, ServerOptRule)
 
 
 def test_sketch_trigger_and_sketched_fedadp_share_one_hash_table():
-    strat = make(LocalCommunicator(), "fedadp", sync="sketch", theta=0.5, fedadp_angles="sketch", sketch_cols=50)
+    strat = make(LocalCommunicator(), "fedadp", trigger="sketch", theta=0.5, fedadp_angles="sketch", sketch_cols=50)
     assert strat.trigger.sketcher is strat.rule.sketch
     assert strat.trigger.state_bytes == 4 + 4 * 5 * 50
     other = make(LocalCommunicator(), "sketchfda", sketch_cols=50)  # a run builds its own

@@ -26,7 +26,7 @@ def _consumed_sync(cfg, name):
 
     if name in mode_of("sync").options:
         return True
-    o = strategy_options(cfg.strategy, cfg.sync, cfg)
+    o = strategy_options(cfg.strategy, cfg.trigger, cfg)
     parts = [o.trigger_options, o.rule_options, o.sampling, o.warmup, o.sketch]
     # The part's value is the given one as its class parses it (--theta-fabric's text as a tuple).
     return any(name in {f.name for f in dataclasses.fields(p)}

@@ -61,8 +61,8 @@ def test_read_run_scales_bytes_to_gigabytes_and_drops_negative_target(two_runs):
 
 
 def test_labels_show_only_the_settings_that_apply(two_runs):
-    assert read_run(two_runs[0]).label == "sketchfda K=2 θ=1.5 iid"
-    assert read_run(two_runs[1]).label == "fedavg K=2 τ=50 iid"
+    assert read_run(two_runs[0]).label == "sketchfda workers=2 θ=1.5 iid"
+    assert read_run(two_runs[1]).label == "fedavg workers=2 τ=50 iid"
     assert run_label({"strategy": "synchronous"}, {}) == "synchronous"
 
 
@@ -126,7 +126,7 @@ def _write_semiasync_run(path, strategy="fedqs-avg"):
 
 def test_semiasync_runs_plot_against_rounds_and_virtual_time(tmp_path, capsys):
     run = read_run(_write_semiasync_run(tmp_path / "qs.h5"))
-    assert run.xlabels == ("aggregation rounds", "virtual time") and run.label == "fedqs-avg N=40 K=5 1:50 dirichlet:0.5"
+    assert run.xlabels == ("aggregation rounds", "virtual time") and run.label == "fedqs-avg clients=40 buffer=5 1:50 dirichlet:0.5"
     assert run.x[0].tolist() == [2, 4, 6] and run.x[1].tolist() == [5, 10, 20]
     assert run.accuracy.tolist() == [0.3, 0.5, 0.6]
     out = tmp_path / "sa.png"

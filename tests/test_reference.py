@@ -57,7 +57,7 @@ CASES = {
     "fedadam": {"tau": 5},
     "fedadp": {"tau": 5},
     "fedadp-sketch": {"strategy": "fedadp", "tau": 5, "fedadp_angles": "sketch"},
-    "fedadam+sketch": {"strategy": "fedadam", "sync": "sketch", "theta": 0.5},
+    "fedadam+sketch": {"strategy": "fedadam", "trigger": "sketch", "theta": 0.5},
 }
 STEPS = 30
 
@@ -127,7 +127,7 @@ def weight_distances(mine: dict[str, list[float]], ref: dict[str, list[float]]) 
 def formula(case: str, syncs: int, steps: int, k: int) -> int:
     """The paper's byte total for ``case`` (``naive.paper_comm_bytes``)."""
     strategy, extra = CASES[case].get("strategy", case), CASES[case]
-    trigger = extra.get("sync") or {"linearfda": "linear", "sketchfda": "sketch"}.get(strategy)
+    trigger = extra.get("trigger") or {"linearfda": "linear", "sketchfda": "sketch"}.get(strategy)
     state = {"linear": 8, "sketch": SKETCH}.get(trigger, 0)
     reductions, round_state = 1, 0
     if strategy == "fedadp":  # two model AllReduces and 3 float64s a node, or one and a sketch
@@ -179,7 +179,7 @@ def test_preset_matches_its_reference_within_tolerance(comm, tmp_path, case):
     # Every collective before the first assertion, so that a failing rank never leaves
     # another waiting: every rank's fingerprint and training bytes, in rank order.
     prints = comm.allgather_obj(fingerprint(setup.model))
-    sent = comm.allgather_obj([comm.bytes_sent[p] - before[p] for p in ("sync", "monitor")])
+    sent = comm.allgather_obj([comm.bytes_sent[p] - before[p] for p in ("model", "monitor")])
     if WRITE:
         assert margin is None or margin >= THETA_MARGIN, (
             f"{key}: an estimate lies {margin:.1e} (relative) from Θ, inside THETA_MARGIN {THETA_MARGIN:g}: "

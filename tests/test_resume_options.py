@@ -20,7 +20,7 @@ from fdahpc.run import MODES
 #: missing here, so a new option must be classified and tried).
 CHANGED = dict(
     mode=None,  # the other mode, per case
-    strategy="fedavg", sync="linear", model="mlr", dataset="synthetic", data_dir="/data", partition="dirichlet:0.5",
+    strategy="fedavg", trigger="linear", model="mlr", dataset="synthetic", data_dir="/data", partition="dirichlet:0.5",
     context=32, gpt_layers=2, gpt_heads=2, gpt_width=32,
     batch_size=16, optimizer="sgd", lr=0.05, weight_decay=1e-4, epochs=2.0, max_steps=100, target_accuracy=0.9,
     target_loss=1.5, eval_samples=100,

@@ -132,7 +132,7 @@ def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
     (["--clients", "4", "--buffer", "5"], "--buffer 5: must be in [1, --clients 4]"),
     (["--strategy", "sketchfda"], "--strategy sketchfda: a synchronous strategy; add --mode sync"),
     (["--scenario", "dropout@10"], "--scenario 'dropout@10'"),
-    (["--sync", "linear"], "--sync: only used with --mode sync"),
+    (["--trigger", "linear"], "--trigger: only used with --mode sync"),
     (["--strategy", "wkafl", "--aggregate", "hosts"], "--aggregate hosts: wkafl's weights read every update's payload"),
     (["--aggregate", "ranks"], "--aggregate 'ranks': unknown; choose one of server, hosts"),
     (["--model-cache-gb", "0"], "--model-cache-gb 0.0: must be > 0"),

@@ -36,7 +36,7 @@ def drive(comm, strategy, steps, **options):
     """Rank k's model moves 0.01·(k+1) along the first coordinate every step: a round of s
     steps ends with drifts u_k = 0.01·(k+1)·s·e_0, so Var = 1e-4·s²·(K²−1)/12 exactly."""
     w = torch.zeros(D)
-    strat = build_strategy(strategy, options.pop("sync", None), options, comm, w, steps_per_epoch=10, num_samples=10)
+    strat = build_strategy(strategy, options.pop("trigger", None), options, comm, w, steps_per_epoch=10, num_samples=10)
     strat.reset()
     records = {}
     strat.sink = lambda name, value: records.setdefault(name, []).append(value)
@@ -53,7 +53,7 @@ def drive(comm, strategy, steps, **options):
 @pytest.mark.parametrize("strategy,lag", [("linearfda", 0), ("sketchfda", 0), ("linearfda", 1), ("fedadam", 0)])
 def test_recalibration_matches_the_hand_computed_variance(comm, strategy, lag):
     k = comm.world_size
-    extra = dict(sync="linear", server_lr=0.01) if strategy == "fedadam" else {}
+    extra = dict(trigger="linear", server_lr=0.01) if strategy == "fedadam" else {}
     strat, rec, monitor = drive(comm, strategy, 60, theta="auto", theta_round_epochs=2, fda_lag=lag, **extra)
     horizon = 20  # 2 epochs of 10 steps
     syncs = rec.get("sync/step", [])

@@ -21,7 +21,7 @@ def drive(comm, strategy, steps, **options):
     """Each step rank k's model moves by k+1 in every coordinate; the steps that synchronized
     and the final model."""
     w = torch.zeros(D)
-    strat = build_strategy(strategy, options.pop("sync", None), options, comm, w, steps_per_epoch=3, num_samples=10)
+    strat = build_strategy(strategy, options.pop("trigger", None), options, comm, w, steps_per_epoch=3, num_samples=10)
     strat.reset()
     synced = []
     for t in range(1, steps + 1):

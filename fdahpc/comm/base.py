@@ -4,7 +4,7 @@ Strategies receive a :class:`Communicator` and never see MPI directly. Collectiv
 the synchronous mode; point-to-point messages of contiguous buffers (``send_``,
 ``isend``, ``recv_``, ``probe``/``iprobe``) serve the semi-asynchronous coordinator.
 Every call that sends takes a ``purpose`` so that the bytes each rank hands to the network are counted once,
-here, split the way the papers report them: training synchronization, monitoring state
+here, split the way the papers report them: model exchange, monitoring state
 (FDA's tiny per-step AllReduce), evaluation, and control messages.
 """
 
@@ -16,10 +16,17 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from ..renamed import current_purposes
+
 __all__ = ["ANY", "Communicator", "Outbox", "PURPOSES", "Request", "Status", "as_numpy"]
 
 #: What a message is for; the counters are keyed by these names.
-PURPOSES = ("sync", "monitor", "eval", "control")
+#: ``model``: training's model exchange in either mode (averages, pseudo-gradients, client
+#: updates and the models sent back, and what a rule reduces beside them); ``monitor``:
+#: FDA's per-step state; ``eval``: measuring only (averaging to score, ``--log-variance``);
+#: ``control``: the initial model, headers and agreements. ``model`` was named ``sync``
+#: until the mode took that name alone (:data:`fdahpc.renamed.RENAMED_PURPOSES`).
+PURPOSES = ("model", "monitor", "eval", "control")
 
 #: Wildcard for ``source`` or ``tag`` in ``recv_``/``probe``/``iprobe``.
 ANY = -1
@@ -165,7 +172,7 @@ class Communicator(ABC):
         return {"bytes_sent": dict(self.bytes_sent)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.bytes_sent.update(state["bytes_sent"])
+        self.bytes_sent.update(current_purposes(state["bytes_sent"]))  # older checkpoints: old names
 
     # Backend hooks -------------------------------------------------------------
     @abstractmethod

@@ -139,7 +139,7 @@ class Host:
                 # FedQS: the model is followed by Mod①'s reference over the parameters.
                 w = torch.from_numpy(np.empty(self.version_len, dtype=np.float32))
                 if self.host_sums:
-                    self.comm.bcast_(w, "sync")  # one broadcast to every host, listed or not
+                    self.comm.bcast_(w, "model")  # one broadcast to every host, listed or not
                 else:
                     self.comm.recv_(w, 0, Tag.DOWN_PAYLOAD)
                 for i, f_i, done_at in zip(msg.clients, msg.speeds, msg.done_at):
@@ -168,7 +168,7 @@ class Host:
         acc = np.zeros(self.flat.state.numel(), dtype=np.int64)
         for i, c_params, c_stats in zip(msg.clients, msg.speeds, msg.done_at):
             add_member(acc, c_params, c_stats, self.results.pop(i).numpy(), self.flat.dim, int(msg.now))
-        self.comm.reduce_sum_(acc, "sync")
+        self.comm.reduce_sum_(acc, "model")
 
     def _forget_versions(self) -> None:
         used = {c.start for c in self.clients.values() if c.start is not None}
@@ -271,7 +271,7 @@ class Host:
         if self.host_sums:
             self.results.put(i, payload)
         else:
-            self.outbox.post(payload, 0, Tag.UP_PAYLOAD, "sync")
+            self.outbox.post(payload, 0, Tag.UP_PAYLOAD, "model")
         c.jobs += 1
         c.start = None
         self.jobs_done += 1

@@ -110,14 +110,15 @@ class SemiAsyncMode(Mode):
                 "aggregate": "server", "model_cache_gb": DEFAULT_MODEL_CACHE_GB}
 
     def layout(self, config: dict, world_size: int | None) -> dict:
-        label = [str(config.get("strategy")), f"N={config.get('clients')}", f"K={config.get('buffer')}",
-                 f"1:{config.get('speed_ratio')}"]
+        # Spelled out: the FedQS paper's K (the buffer) is the FDA paper's workers.
+        size = f"clients={config.get('clients')} buffer={config.get('buffer')}"
+        label = [str(config.get("strategy")), size, f"1:{config.get('speed_ratio')}"]
         label += [str(config["scenario"])] if config.get("scenario") else []
         label += [str(config["partition"])] if config.get("partition") not in (None, "") else []
         return dict(x="round/version", accuracy="round/accuracy", loss="round/loss",
                     panels=[["round/version", "aggregation rounds", 1], ["round/virtual_time", "virtual time", 1]],
                     events="round/version", bytes=["round/bytes", "sum"],
-                    workers=f"N={config.get('clients')} K={config.get('buffer')}", label=" ".join(label), convergence=True)
+                    workers=size, label=" ".join(label), convergence=True)
 
     def reads(self, cfg) -> set[str]:
         return set(self.options) | self.RULE_OPTIONS.get(cfg.strategy, frozenset())

@@ -186,10 +186,10 @@ class Server:
             self.outbox.post(header, host, Tag.DOWN_HEADER, "control")
             sent += header.nbytes
             if not self.host_sums:
-                self.outbox.post(snapshot, host, Tag.DOWN_PAYLOAD, "sync")
+                self.outbox.post(snapshot, host, Tag.DOWN_PAYLOAD, "model")
                 sent += snapshot.numel() * 4
         if self.host_sums:  # one broadcast, joined by every host when it reads its header
-            self.comm.bcast_(snapshot, "sync")
+            self.comm.bcast_(snapshot, "model")
             sent += snapshot.numel() * 4
         return sent
 
@@ -377,7 +377,7 @@ class Server:
                                            speeds=tuple(float(c.params[k]) for k in mine),
                                            done_at=tuple(float(c.stats[k]) for k in mine)))
             self.outbox.post(header, host, Tag.DOWN_HEADER, "control")
-        self.comm.reduce_sum_(acc, "sync")
+        self.comm.reduce_sum_(acc, "model")
         self.flat.state.copy_(torch.from_numpy(to_float(acc, bits)))
         return c.weights
 

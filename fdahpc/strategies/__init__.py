@@ -1,8 +1,8 @@
 """Strategy registry: each name is a preset pairing a trigger with a rule.
 
-``--sync`` swaps the preset's trigger, so every trigger drives every rule through the
+``--trigger`` swaps the preset's trigger, so every trigger drives every rule through the
 same :class:`~.base.Synchronizer` (one mechanism, no matrix of classes): e.g.
-``--strategy fedadam --sync sketch --theta 1`` is FedAdam driven by SketchFDA.
+``--strategy fedadam --trigger sketch --theta 1`` is FedAdam driven by SketchFDA.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def local_optimizer(cfg) -> tuple[str, float]:
     return cfg.optimizer or preset.optimizer, cfg.lr or preset.lr
 
 
-def trigger_of(strategy: str, sync: str | None = None) -> type[Trigger]:
-    """The trigger class a strategy runs with (``--sync`` overriding its preset's)."""
-    return TRIGGERS[sync or PRESETS[strategy].trigger]
+def trigger_of(strategy: str, trigger: str | None = None) -> type[Trigger]:
+    """The trigger class a strategy runs with (``--trigger`` overriding its preset's)."""
+    return TRIGGERS[trigger or PRESETS[strategy].trigger]
 
 
 def rule_of(strategy: str) -> type[Rule]:
@@ -90,23 +90,23 @@ class StrategyOptions(NamedTuple):
         return self.trigger.needs_sketch(self.trigger_options) or self.rule.needs_sketch(self.rule_options)
 
 
-def option_names_of(strategy: str, sync: str | None = None) -> set[str]:
+def option_names_of(strategy: str, trigger: str | None = None) -> set[str]:
     """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape, the warm-up)."""
-    parts = (trigger_of(strategy, sync).Options, rule_of(strategy).Options, SamplingOptions, SketchShape, WarmupOptions)
+    parts = (trigger_of(strategy, trigger).Options, rule_of(strategy).Options, SamplingOptions, SketchShape, WarmupOptions)
     return {name for cls in parts for name in option_names(cls)}
 
 
-def strategy_options(strategy: str, sync: str | None, values) -> StrategyOptions:
-    """The parts of ``strategy`` (trigger overridden by ``sync``) and their options from
+def strategy_options(strategy: str, trigger: str | None, values) -> StrategyOptions:
+    """The parts of ``strategy`` (trigger overridden by ``trigger``) and their options from
     ``values`` (a TrainConfig, or a mapping of option names); ``ValueError`` with one line."""
     if strategy not in PRESETS:
         raise ValueError(f"--strategy {strategy!r}: unknown; choose one of {', '.join(STRATEGIES)}")
-    if sync is not None and sync not in TRIGGERS:
-        raise ValueError(f"--sync {sync!r}: unknown; choose one of {', '.join(TRIGGERS)}")
-    trigger_cls, rule_cls = trigger_of(strategy, sync), rule_of(strategy)
+    if trigger is not None and trigger not in TRIGGERS:
+        raise ValueError(f"--trigger {trigger!r}: unknown; choose one of {', '.join(TRIGGERS)}")
+    trigger_cls, rule_cls = trigger_of(strategy, trigger), rule_of(strategy)
     sampling = options_from(SamplingOptions, values)
     if sampling.clients_per_round is not None and not trigger_cls.round_based:
-        raise ValueError("--clients-per-round: client sampling needs round-based syncing; drop it or use --sync periodic")
+        raise ValueError("--clients-per-round: client sampling needs round-based syncing; drop it or use --trigger periodic")
     trigger_options = options_from(trigger_cls.Options, values)
     preset_tau = PRESETS[strategy].tau
     if preset_tau is not None and type(trigger_options) is PeriodicOptions and trigger_options.tau is None:
@@ -122,14 +122,14 @@ def strategy_options(strategy: str, sync: str | None, values) -> StrategyOptions
 
 def uses_sketch(cfg) -> bool:
     """Whether this configuration hashes AMS sketches."""
-    return strategy_options(cfg.strategy, cfg.sync, cfg).uses_sketch
+    return strategy_options(cfg.strategy, cfg.trigger, cfg).uses_sketch
 
 
-def build_strategy(strategy: str, sync: str | None, values, comm: Communicator, w: torch.Tensor,
+def build_strategy(strategy: str, trigger: str | None, values, comm: Communicator, w: torch.Tensor,
                    steps_per_epoch: int | None, num_samples: int, seed: int = 0) -> Synchronizer:
-    """The synchronizer for ``strategy`` (trigger overridden by ``sync``), its parts built
+    """The synchronizer for ``strategy`` (trigger overridden by ``trigger``), its parts built
     from their options in ``values`` (see :func:`strategy_options`)."""
-    o = strategy_options(strategy, sync, values)
+    o = strategy_options(strategy, trigger, values)
     participation = Participation(comm.rank, comm.world_size, o.sampling.clients_per_round, seed)
     ctx = BuildContext(comm, w.numel(), steps_per_epoch, num_samples, participation, seed, o.sketch)
     return Synchronizer(comm, w, o.trigger.build(ctx, o.trigger_options), o.rule.build(ctx, o.rule_options), participation,

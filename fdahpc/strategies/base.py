@@ -18,6 +18,7 @@ import torch
 from ..comm import Communicator
 from ..options import NoOptions, SketchShape
 from ..registry import registrar
+from ..renamed import current_purposes
 from .participation import Participation
 
 __all__ = ["BuildContext", "Trigger", "Rule", "TRIGGERS", "RULES", "trigger", "rule", "Synchronizer"]
@@ -157,7 +158,7 @@ TRIGGERS: dict[str, type[Trigger]] = {}
 RULES: dict[str, type[Rule]] = {}
 
 
-#: ``@trigger("name")`` above a :class:`Trigger` subclass makes it ``--sync name``.
+#: ``@trigger("name")`` above a :class:`Trigger` subclass makes it ``--trigger name``.
 trigger = registrar(TRIGGERS, Trigger, "trigger")
 #: ``@rule("name")`` above a :class:`Rule` subclass registers it for presets.
 rule = registrar(RULES, Rule, "rule")
@@ -189,7 +190,7 @@ class Synchronizer:
         self._bytes_at_reset = self._training_bytes()
 
     def _training_bytes(self) -> dict[str, int]:
-        return {p: self.comm.bytes_sent[p] for p in ("sync", "monitor")}
+        return {p: self.comm.bytes_sent[p] for p in ("model", "monitor")}
 
     def reset(self) -> None:
         """Take the current (common) ``w`` as ``w_t0``: call once every rank holds the same
@@ -251,7 +252,7 @@ class Synchronizer:
         """
         now = self._training_bytes()
         sent = {p: now[p] - self._bytes_at_reset[p] for p in now}
-        return self.comm.world_size * (2 * sent["sync"] + sent["monitor"])
+        return self.comm.world_size * (2 * sent["model"] + sent["monitor"])
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -271,5 +272,6 @@ class Synchronizer:
         self.trigger.load_state_dict(state["trigger"])
         self.rule.load_state_dict(state["rule"])
         self.participation.load_state_dict(state["participation"])
-        # Checkpoints written before the count was measured lack it: count from the resume.
-        self._bytes_at_reset = dict(state.get("bytes_at_reset", self._training_bytes()))
+        # Checkpoints written before the count was measured lack it: count from the resume
+        # (and older ones name the model bytes "sync").
+        self._bytes_at_reset = current_purposes(state.get("bytes_at_reset", self._training_bytes()))

@@ -69,7 +69,7 @@ class FedAdpRule(Rule):
         psi_all = np.zeros(self.comm.world_size)
         psi_all[p] = psi
         delta.mul_(float(psi_all[self.comm.rank]))
-        self.comm.allreduce_sum_(delta, "sync")
+        self.comm.allreduce_sum_(delta, "model")
         w.copy_(anchor)
         apply_update(w, delta)
         angles = np.full(self.comm.world_size, np.nan)
@@ -79,15 +79,15 @@ class FedAdpRule(Rule):
     def _exact_stats(self, delta: torch.Tensor, n_i: float):
         # The angle does not depend on the scale of g, so Σ n_i Δ_i serves without n.
         g = delta * n_i
-        self.comm.allreduce_sum_(g, "sync")
+        self.comm.allreduce_sum_(g, "model")
         mine = np.array([n_i, float(torch.dot(delta, delta)), float(torch.dot(delta, g))])
-        stats = self.comm.allgather(mine, "sync")
+        stats = self.comm.allgather(mine, "model")
         return stats[:, 0], stats[:, 1], stats[:, 2], float(torch.dot(g, g))
 
     def _sketch_stats(self, delta: torch.Tensor, n_i: float):
         sk = self.sketch.sketch(delta) if delta.device.type == "cpu" else self.sketch.sketch_torch(delta).cpu().numpy()
         mine = np.concatenate([[n_i], sk.ravel()]).astype(np.float32)
-        stats = self.comm.allgather(mine, "sync").astype(np.float64)
+        stats = self.comm.allgather(mine, "model").astype(np.float64)
         n = stats[:, 0]
         cos = sketched_cosines(n, stats[:, 1:].reshape(-1, self.sketch.rows, self.sketch.cols))
         return n, np.ones_like(n), cos, 1.0  # passed on as (cos, 1, 1)

@@ -66,10 +66,10 @@ def participant_mean_(comm: Communicator, part: Participation, w: torch.Tensor, 
     """
     if samples is not None:
         mine = float(samples) if part.active else 0.0
-        total = comm.allreduce_sum_(np.array([mine]), "sync")[0]
+        total = comm.allreduce_sum_(np.array([mine]), "model")[0]
         w.mul_(mine / total)
-        comm.allreduce_sum_(w, "sync")
+        comm.allreduce_sum_(w, "model")
         return
-    comm.allreduce_mean_(w, "sync")
+    comm.allreduce_mean_(w, "model")
     if part.sampling:
         w.sub_(anchor).mul_(part.world_size / part.count).add_(anchor)
