@@ -78,8 +78,10 @@ class TrainConfig:
     fda_lag: int | None = _f(None, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
     fda_every: int | None = _f(None, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of "
                         "the monitoring traffic; the estimate stays a bound at the checked steps)")
-    tau: int | None = _f(None, "periodic trigger: average every TAU local steps (default: every --local-epochs); semiasync: a client's local job in steps")
-    local_epochs: float | None = _f(None, "periodic trigger: epochs between averages when --tau is not given; semiasync: a client's local job in epochs of its own data")
+    tau: int | None = _f(None, "a local job in steps: what a worker trains between two averages (sync, periodic trigger) or a "
+                         "client between receiving a model and sending its update (semiasync); default: --local-epochs")
+    local_epochs: float | None = _f(None, "a local job in epochs when --tau is not given: of the mean partition (sync, periodic "
+                                  "trigger) or of the client's own data (semiasync)")
     warmup_steps: int | None = _f(None, "sync, every strategy: the first N steps all average the models "
                            "(post-local SGD's warm-up); then the trigger decides, its rounds counted from step N")
     sketch_rows: int | None = _f(None, "sync: AMS sketch rows l (SketchFDA, sketched FedAdp angles)")
@@ -91,7 +93,7 @@ class TrainConfig:
     server_lr: float | None = _f(None, "server learning rate η_s of fedavgm, fedadam, diloco (its outer lr; sync) and fedbuff, mstep, wkafl (semiasync); by default each rule's own")
     server_momentum: float | None = _f(None, "sync, fedavgm and diloco (its outer Nesterov momentum): server momentum β")
     server_betas: tuple[float, float] | None = _f(None, "sync, fedadam: server β1,β2 (on the command line 0.9,0.999)")
-    server_tau: float | None = _f(None, "sync, fedadam: adaptivity floor τ (not the round length --tau)")
+    server_tau: float | None = _f(None, "sync, fedadam: adaptivity floor τ (not --tau, a local job's steps)")
     server_bias_correction: bool = _f(False, "sync, fedadam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
     weighting: str | None = _f(None, "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg); "
                         "semiasync: fedavg and fedsgd only")

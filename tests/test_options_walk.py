@@ -143,4 +143,4 @@ def test_the_configuration_is_a_light_leaf():
 
     probe = "import fdahpc.config, sys; print(sorted(m for m in sys.modules if m.startswith('fdahpc') or m in ('torch', 'numpy', 'mpi4py')))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert eval(out) == ["fdahpc", "fdahpc.config", "fdahpc.options", "fdahpc.theta"], out
+    assert eval(out) == ["fdahpc", "fdahpc.config", "fdahpc.options", "fdahpc.renamed", "fdahpc.theta"], out
