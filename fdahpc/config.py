@@ -79,7 +79,7 @@ class TrainConfig:
     fda_every: int | None = _f(None, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of "
                         "the monitoring traffic; the estimate stays a bound at the checked steps)")
     tau: int | None = _f(None, "a local job in steps: what a worker trains between two averages (sync, periodic trigger) or a "
-                         "client between receiving a model and sending its update (semiasync); default: --local-epochs")
+                         "client between receiving a model and sending its update (semiasync); not given: --local-epochs")
     local_epochs: float | None = _f(None, "a local job in epochs when --tau is not given: of the mean partition (sync, periodic "
                                   "trigger) or of the client's own data (semiasync)")
     warmup_steps: int | None = _f(None, "sync, every strategy: the first N steps all average the models "
