@@ -383,6 +383,7 @@ def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
     if old is None or not os.path.exists(path) or not old.get("job_seconds") or not old.get("others_cpu"):
         return None
     from fdahpc.config import TrainConfig, parse_args
+    from fdahpc.renamed import current_options
 
     try:
         run = read_run(path)
@@ -390,7 +391,7 @@ def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
         return None
     expected = json.loads(parse_args([*job.flags, "--log-every", "1000000", "--out", path]).to_json())
     try:
-        saved = json.loads(run.get("config", ""))
+        saved = current_options(json.loads(run.get("config", "")))  # a run made before a rename: its old names
     except ValueError:
         return None
     # A flag added to fdahpc after the run was made: the run used its default.
