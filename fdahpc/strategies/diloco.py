@@ -8,7 +8,7 @@ averaged and ``Delta = w_t0 - mean_k w_k`` is the outer gradient of an SGD step 
 Nesterov momentum (outer lr 0.7, momentum 0.9): ``v <- mu v + Delta; w_t0 <- w_t0 - eta
 (Delta + mu v)`` (:class:`fdahpc.aggregate.DiLoCoOuter`, torch's ``SGD(nesterov=True)``).
 The paper's round is a fixed H = 500 inner steps (the ``diloco`` preset); like every rule
-here it composes with any trigger, so ``--strategy diloco --sync linear`` ends DiLoCo's
+here it composes with any trigger, so ``--strategy diloco --trigger linear`` ends DiLoCo's
 rounds by FDA's variance test instead. As with FedOpt there is no server rank: after the
 model AllReduce every rank applies the same deterministic outer step to its replica.
 """
