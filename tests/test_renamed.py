@@ -144,3 +144,16 @@ def test_a_checkpoint_written_before_the_rename_resumes_bit_for_bit(tmp_path, ca
         for name in ("syncs", "comm_bytes", "comm_bytes_rank0"):
             assert a.attrs[name] == b.attrs[name], name
         assert json.loads(a.attrs["config"])["trigger"] == "linear" and "sync" not in json.loads(a.attrs["config"])
+
+
+def test_old_flag_note_is_one_line_from_two_mpi_ranks(tmp_path):
+    """Under mpiexec every rank parses ``--sync``; the note comes once, from rank 0."""
+    from conftest import run_python
+
+    out = tmp_path / "run.h5"
+    proc = run_python(["-m", "fdahpc.train", "--strategy", "fedavg", "--sync", "linear", "--theta", "1", "--model", "mlr",
+                       "--max-steps", "4", "--log-every", "1000", "--out", str(out)], ranks=2, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count(NOTE) == 1, proc.stderr
+    with h5py.File(out, "r") as h5:
+        assert json.loads(h5.attrs["config"])["trigger"] == "linear"
