@@ -238,7 +238,7 @@ def validate(jobs: list[Job]) -> None:
     import contextlib
     import io
 
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
 
     for job in jobs:
         err = io.StringIO()
@@ -382,13 +382,14 @@ def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
     """``old`` when ``path`` is a finished run of exactly this job's configuration."""
     if old is None or not os.path.exists(path) or not old.get("job_seconds") or not old.get("others_cpu"):
         return None
-    from fdahpc.config import TrainConfig, parse_args
+    from fdahpc.cli import parse_args
+    from fdahpc.config import TrainConfig
 
     try:
         run = read_run(path)
     except (RuntimeError, OSError):
         return None
-    expected = json.loads(parse_args([*job.flags, "--log-every", "1000000", "--out", path]).to_json())
+    expected = json.loads(parse_args([*job.flags, "--log-every", "1000000", "--out", path]).cfg.to_json())
     try:
         saved = json.loads(run.get("config", ""))
     except ValueError:

@@ -141,9 +141,9 @@ def job(args) -> int:
     import torch
 
     from fdahpc.comm import make_communicator
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
     from fdahpc.data import FASHION_MNIST_DIR
-    from fdahpc.run import build, mode_of
+    from fdahpc.run import build
     from fdahpc.run import run as train
 
     torch.set_num_threads(1)
@@ -169,11 +169,11 @@ def job(args) -> int:
     results = []
     for order, (pass_, name, flags) in enumerate(schedule):
         out = os.path.join(args.workdir, f"{args.rate}-{order:02d}-{name.replace(' ', '_')}.h5")
-        cfg = parse_args([*flags, "--backend", "gloo", "--model", "lenet5", "--dataset", "fashion-mnist",
+        plan = parse_args([*flags, "--backend", "gloo", "--model", "lenet5", "--dataset", "fashion-mnist",
                           "--data-dir", FASHION_MNIST_DIR, "--max-steps", str(STEPS), "--epochs", "1000",
                           "--stop-check-every", "1000", "--threads", "1", "--log-every", "1000000", "--out", out])
-        mode_of(cfg.mode).prepare(cfg, comm)
-        setup = build(cfg, comm)
+        plan.mode.prepare(plan, comm)
+        setup = build(plan, comm)
         stamps: list[float] = []
         syncs_at: list[int] = []
         inner = setup.strategy.after_step
