@@ -251,7 +251,9 @@ def measure(args) -> int:
 
 def fda_ratio() -> float:
     """LinearFDA's step over FedAvg's on LeNet-5 (scaling.csv: its drift and dots on top of the local step)."""
-    with open(os.path.join(HERE, "scaling.csv"), newline="") as fh:
+    from _common import RESULTS
+
+    with open(os.path.join(RESULTS, "scaling.csv"), newline="") as fh:
         c = {r["strategy"]: float(r["compute_seconds"]) for r in csv.DictReader(fh)
              if r["part"] == "projected" and r["model"] == "lenet5" and r["compute_seconds"]}
     return c["linearfda"] / c["fedavg"]
@@ -263,7 +265,7 @@ def report(args) -> int:
     with open(args.csv, newline="") as fh:
         rows = list(csv.DictReader(fh))
     ratio = fda_ratio()
-    print(f"# {args.command}   (its last step: python benchmarks/slow_link.py report --csv benchmarks/slow_link.csv)")
+    print(f"# {args.command}   (its last step: python benchmarks/slow_link.py report --csv benchmarks/results/slow_link.csv)")
     if args.note:
         print(f"note: {args.note}")
     table, wall_ok, comm_ok = [], [], []
