@@ -16,13 +16,16 @@ import sys
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: where every committed output of a benchmark lives (CSVs, reports, figures): benchmarks/ itself holds
+#: only the scripts, so a default output path is always under here
+RESULTS = os.path.join(REPO_ROOT, "benchmarks", "results")
 
 try:
     import fdahpc  # noqa: F401
 except ImportError:  # a plain checkout: import the package from the repository root
     sys.path.insert(0, REPO_ROOT)
 
-__all__ = ["REPO_ROOT", "CpuMeter", "child_env", "launched_by_mpi", "median", "mpiexec", "print_report", "print_table",
+__all__ = ["REPO_ROOT", "RESULTS", "CpuMeter", "child_env", "launched_by_mpi", "median", "mpiexec", "print_report", "print_table",
            "read_run", "run_train", "wait_for_quiet"]
 
 

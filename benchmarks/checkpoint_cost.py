@@ -48,11 +48,11 @@ def _measure(model: str, dataset: str, args, comm) -> list:
 
     from fdahpc import checkpoint
     from fdahpc.config import TrainConfig
-    from fdahpc.run import build
+    from fdahpc.run import build, resolve
     from fdahpc.worker import local_steps
 
     cfg = TrainConfig(strategy="fedavg", model=model, dataset=dataset, out=os.path.join(args.dir, f"{model}.h5"))
-    s = build(cfg, comm)
+    s = build(resolve(cfg), comm)
     step_times = []
     for i in range(args.steps + 1):
         t = time.perf_counter()

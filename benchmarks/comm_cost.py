@@ -10,8 +10,8 @@ counted), and prints one row per run plus, for each (partition, K) and each fami
 median GB of every other strategy and their steps relative to the baseline. A baseline
 with several configurations (e.g. ``fedadam`` and ``fedadam:server-lr=0.01``) counts as its
 cheapest one that reached the target: FDA is compared with a tuned baseline. All rows go
-to ``comm_cost.csv`` and a plot (GB to target on a log axis against steps to target, one
-panel per (partition, K)) to ``comm_cost.png``.
+to ``benchmarks/results/comm_cost.csv`` and a plot (GB to target on a log axis against steps
+to target, one panel per (partition, K)) to ``benchmarks/results/comm_cost.png``.
 
 Goals (the FDA paper's LeNet-5 results): FDA needs >= 30x less communication than
 Synchronous at about the same number of steps, and >= 3x less than FedAdam.
@@ -50,7 +50,7 @@ The FedOpt comparison (iid, K=4, a 20-epoch cap: FedOpt with one-epoch rounds ne
 than 10; about 20 min of jobs on an idle machine):
 
     python benchmarks/comm_cost.py --workers 4 --partitions iid --max-epochs 20 \
-        --workdir runs/comm_cost_fedopt --out benchmarks/comm_cost_fedopt \
+        --workdir runs/comm_cost_fedopt --out benchmarks/results/comm_cost_fedopt \
         --strategies "linearfda,sketchfda,fedadam,fedadam:server-lr=0.01,fedadam:tau=100,\
     fedadam:tau=100:server-lr=0.01,fedavgm,fedavgm:tau=100,fedadam+linear:theta=0.02,fedadam+linear:theta=0.05"
 """
@@ -68,13 +68,12 @@ import time
 from dataclasses import dataclass, field
 
 import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
-from _common import REPO_ROOT, CpuMeter, median, print_table, read_run, run_train
+from _common import REPO_ROOT, RESULTS, CpuMeter, median, print_table, read_run, run_train
 
 from fdahpc.strategies import PRESETS, TRIGGERS  # noqa: E402
 
 FDA_TRIGGERS = tuple(name for name, cls in TRIGGERS.items() if cls.theta_driven)  # what Θ sweeps apply to
 FDA_PRESETS = {name: p.trigger for name, p in PRESETS.items() if p.trigger in FDA_TRIGGERS}  # preset -> its trigger
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEFAULTS = dict(
     strategies="synchronous,fedavg:local-epochs=1,linearfda,sketchfda",
@@ -171,7 +170,7 @@ def parse(argv=None) -> argparse.Namespace:
                    help="reuse finished run files of an earlier sweep with the same flags (listed in its CSV); run the rest")
     p.add_argument("--timeout", type=float, default=900, help="seconds before one run is killed (default 900)")
     p.add_argument("--workdir", default=None, help="folder for the run files (default runs/comm_cost)")
-    p.add_argument("--out", default=None, help="CSV/PNG path prefix (default benchmarks/comm_cost; quick: runs/comm_cost_quick/comm_cost)")
+    p.add_argument("--out", default=None, help="CSV/PNG path prefix (default benchmarks/results/comm_cost; quick: runs/comm_cost_quick/comm_cost)")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else DEFAULTS
     for key, value in preset.items():
@@ -194,7 +193,7 @@ def parse(argv=None) -> argparse.Namespace:
             p.error(f"--thetas gives no Θ for trigger {e.trigger!r} (entry {e.text!r}); add e.g. {e.trigger}=1,2,4")
     args.workdir = args.workdir or os.path.join(REPO_ROOT, "runs", "comm_cost_quick" if args.quick else "comm_cost")
     if args.out is None:
-        args.out = os.path.join(args.workdir if args.quick else HERE, "comm_cost")
+        args.out = os.path.join(args.workdir if args.quick else RESULTS, "comm_cost")
     return args
 
 
@@ -238,7 +237,7 @@ def validate(jobs: list[Job]) -> None:
     import contextlib
     import io
 
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
 
     for job in jobs:
         err = io.StringIO()
@@ -382,14 +381,15 @@ def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
     """``old`` when ``path`` is a finished run of exactly this job's configuration."""
     if old is None or not os.path.exists(path) or not old.get("job_seconds") or not old.get("others_cpu"):
         return None
-    from fdahpc.config import TrainConfig, parse_args
+    from fdahpc.cli import parse_args
+    from fdahpc.config import TrainConfig
     from fdahpc.renamed import current_options
 
     try:
         run = read_run(path)
     except (RuntimeError, OSError):
         return None
-    expected = json.loads(parse_args([*job.flags, "--log-every", "1000000", "--out", path]).to_json())
+    expected = json.loads(parse_args([*job.flags, "--log-every", "1000000", "--out", path]).cfg.to_json())
     try:
         saved = current_options(json.loads(run.get("config", "")))  # a run made before a rename: its old names
     except ValueError:

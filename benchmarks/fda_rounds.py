@@ -11,7 +11,7 @@ one line per round: its first and last step, its length, and at its last monitor
 trigger's estimate H, the exact model variance Var (``--log-variance`` runs) and H/Var; for
 ``--theta auto`` the calibrated Θ and the calibration round's length; for a run that ended
 inside a round, that round's H. This is how ``--theta auto`` was diagnosed (docs/results.md,
-"Why --theta auto-once misses the 1.5× bar"; ``benchmarks/fda_rounds.txt``).
+"Why --theta auto-once misses the 1.5× bar"; ``benchmarks/results/fda_rounds.txt``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ ResNet-18 is not). Every method runs with ``--clip-grad-norm 20``.
 Methods (``benchmarks/semiasync.py`` syntax): FedAvg and FedSGD uniform and sample-weighted,
 FedQS-Avg and FedQS-SGD in both variants, FedBuff, M-step, WKAFL, and synchronous FedAvg
 (the same mode with ``--buffer N``). Per partition it runs ``semiasync.py`` into
-``--out-dir/<partition>`` and writes ``benchmarks/fedqs_regime_<partition>.csv``; with
+``--out-dir/<partition>`` and writes ``benchmarks/results/fedqs_regime_<partition>.csv``; with
 ``--reuse`` (the default) finished run files are read, not rerun, so an interrupted grid
 resumes where it stopped. ``--clock ticks`` and ``--drop-last`` (docs/tick-clock.md) go to
 every run, and their names into the CSV's and the run folder's (``fedqs_regime_ticks_droplast_<partition>.csv``),
@@ -30,7 +30,7 @@ import os
 import sys
 
 import _common  # noqa: F401
-from _common import REPO_ROOT
+from _common import REPO_ROOT, RESULTS
 
 import semiasync
 
@@ -71,7 +71,7 @@ def semiasync_argv(args, partition: str) -> list[str]:
              "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50", "--lr", "0.1",
              "--eval-every", str(args.eval_every), "--extra", extra,
              "--out-dir", os.path.join(args.out_dir, tag),
-             "--csv", os.path.join(REPO_ROOT, "benchmarks", f"fedqs_regime_{tag}.csv")]
+             "--csv", os.path.join(RESULTS, f"fedqs_regime_{tag}.csv")]
     return flags + ([] if args.no_reuse else ["--reuse"])
 
 
@@ -88,7 +88,7 @@ BASELINE = {m: ("fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg")
             if m not in ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "sync-fedavg")} | ABLATIONS
 
 
-def table(partition: str, methods: list[str], csv_dir: str = os.path.join(REPO_ROOT, "benchmarks"),
+def table(partition: str, methods: list[str], csv_dir: str = RESULTS,
           prefix: str = "") -> list[str]:
     """docs/results.md's markdown table of one partition's CSV: every method's convergence
     accuracy per seed, mean ± sd over the seeds it has, and its difference to its baseline

@@ -20,9 +20,9 @@ Printed, per (setting, target):
 With several seeds a configuration's steps and GB are the medians over the seeds that
 reached the target (and it counts as reaching it only if most seeds did).
 
-Outputs: ``benchmarks/frontier.csv`` (one row per run and target), ``frontier.png`` (GB on
-a log axis against steps, one panel per setting and target, each family's Pareto frontier
-drawn as a line) and ``frontier.txt`` (the printed report). Run files and each setting's
+Outputs, in ``benchmarks/results/``: ``frontier.csv`` (one row per run and target),
+``frontier.png`` (GB on a log axis against steps, one panel per setting and target, each
+family's Pareto frontier drawn as a line) and ``frontier.txt`` (the printed report). Run files and each setting's
 comm_cost CSV go to ``runs/frontier/``; ``--resume`` reuses every finished run, so adding a
 setting or a Θ runs only what is new, and ``--resume`` with nothing new just rebuilds the
 report.
@@ -41,7 +41,7 @@ interrupted on one machine resumes on another from its CSV alone. ``--only`` run
 of a setting's families (``synchronous,fedavg,linearfda,sketchfda,auto,paper``), e.g. the
 paper's baseline alone beside points already in a merged CSV:
 
-    python benchmarks/frontier.py --settings lenet5/iid@4 --paper-baseline 0.1 --only paper --merge benchmarks/frontier.csv
+    python benchmarks/frontier.py --settings lenet5/iid@4 --paper-baseline 0.1 --only paper --merge benchmarks/results/frontier.csv
 
 A setting's ``/OPTIMIZER:LR`` sets the local optimizer of every run (FDA and FedAvg alike);
 without it each strategy trains with its preset (Adam 1e-3 for FDA and FedAvg). The CSV
@@ -61,11 +61,9 @@ from contextlib import redirect_stdout
 from dataclasses import dataclass
 
 import comm_cost
-from _common import REPO_ROOT, print_table
+from _common import REPO_ROOT, RESULTS, print_table
 from frontier_analysis import (AUTO_GB, AUTO_STEPS, CONFIRM, FDA, FIELDS, ONLY, PAPER, SLACK, family_of, knob_of, merge,
                                pareto, points, read_points, regimes, report, target_blind)
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 #: Per model: the targets (the highest is what runs train to), the epoch cap, the Θ grid
 #: (comm_cost's ``--thetas`` syntax) and how often to evaluate. The grids come from a
@@ -157,7 +155,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="check the flags and print the commands")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before one run is killed (default 1800)")
     p.add_argument("--workdir", default=os.path.join(REPO_ROOT, "runs", "frontier"))
-    p.add_argument("--out", default=os.path.join(HERE, "frontier"), help="CSV/PNG/TXT path prefix (default benchmarks/frontier)")
+    p.add_argument("--out", default=os.path.join(RESULTS, "frontier"),
+                   help="CSV/PNG/TXT path prefix (default benchmarks/results/frontier)")
     args = p.parse_args(argv)
     if args.settings is None and not args.merge:
         args.settings = DEFAULT_SETTINGS

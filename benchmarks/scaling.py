@@ -66,7 +66,7 @@ Three parts, kept apart in the output:
 Outputs: the printed report (also ``PREFIX.txt``), ``PREFIX.csv`` (part = allreduce,
 measured or projected, one row per measurement / projected point) and ``PREFIX.png``
 (top: projected epoch time against K per model; bottom: what was measured here), with
-PREFIX = ``--out`` (default ``benchmarks/scaling``; ``--quick``: ``runs/scaling_quick/scaling``).
+PREFIX = ``--out`` (default ``benchmarks/results/scaling``; ``--quick``: ``runs/scaling_quick/scaling``).
 
 Run (about 11 minutes on a 2-core machine that another 4-rank job kept 10-75 % busy, most of it
 starting 32 and 44 ranks; ``--quick``, K = 2, 4 and LeNet-5 only, about a minute):
@@ -98,13 +98,12 @@ import tempfile
 import time
 
 # Importing _common also makes fdahpc importable from a plain checkout.
-from _common import REPO_ROOT, launched_by_mpi, wait_for_quiet
+from _common import REPO_ROOT, RESULTS, launched_by_mpi, wait_for_quiet
 from cost_model import FABRICS, fabric_alpha_beta, fit_alpha_beta, project, steps_per_epoch
 from scaling_measure import message_sizes, one_rank_compute, prepare_data, run_measurements, worker
 from scaling_report import (plot, report_allreduce, report_compute, report_projection, report_training,
                             write_csv)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 #: The projected fabric unless --fabric-gbps / --fabric-latency-us say otherwise.
 DEFAULT_FABRIC = FABRICS["infiniband-100g"]
 
@@ -157,7 +156,7 @@ def parse(argv=None) -> argparse.Namespace:
                    help="reuse the results of K's jobs already in --workdir (same sizes, steps and model); "
                         "run the rest")
     p.add_argument("--out", default=None,
-                   help="CSV/PNG/TXT path prefix (default benchmarks/scaling; quick: runs/scaling_quick/scaling)")
+                   help="CSV/PNG/TXT path prefix (default benchmarks/results/scaling; quick: runs/scaling_quick/scaling)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set by the relaunch under mpiexec
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)
     p.add_argument("--size-list", default=None, help=argparse.SUPPRESS)
@@ -185,7 +184,7 @@ def parse(argv=None) -> argparse.Namespace:
         p.error("--resume needs the --workdir of the earlier run")
     if args.out is None:
         quick_out = os.path.join(REPO_ROOT, "runs", "scaling_quick", "scaling")
-        args.out = quick_out if args.quick else os.path.join(HERE, "scaling")
+        args.out = quick_out if args.quick else os.path.join(RESULTS, "scaling")
     return args
 
 

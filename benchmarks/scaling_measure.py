@@ -88,8 +88,8 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
     import numpy as np
     from mpi4py import MPI
 
-    from fdahpc.config import parse_args
-    from fdahpc.run import build, mode_of
+    from fdahpc.cli import parse_args
+    from fdahpc.run import build
     from fdahpc.run import run as train
 
     mpi_comm = comm.comm
@@ -100,10 +100,10 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
         flags = [*MEASURED_FLAGS[strategy], "--model", args.model, "--dataset", args.dataset,
                  *(["--data-dir", data_dir] if data_dir else []), "--max-steps", str(total), "--epochs", "1000",
                  "--log-every", "1000000", "--threads", "1", "--out", out]
-        cfg = parse_args(flags)
-        mode_of(cfg.mode).prepare(cfg, comm)  # as fdahpc.train: rank 0 compiles or loads the kernels first
+        plan = parse_args(flags)
+        plan.mode.prepare(plan, comm)  # as fdahpc.train: rank 0 compiles or loads the kernels first
         t_build = time.perf_counter()
-        setup = build(cfg, comm)
+        setup = build(plan, comm)
         comm.barrier()
         t_build = time.perf_counter() - t_build
         stamps = []
@@ -126,7 +126,7 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
         # Interval i (stamps[i] - stamps[i-1]) is step i+1 plus what ran after step i: an
         # evaluation there (epoch end, --eval-every, never the last step here) is left out.
         spe = setup.steps_per_epoch
-        every = cfg.eval_every or 0
+        every = plan.cfg.eval_every or 0
         kept = [stamps[i] - stamps[i - 1] for i in range(max(1, args.warmup_steps), len(stamps))
                 if not (i % spe == 0 or (every and i % every == 0))]
         mean = float(np.mean(kept)) if kept else float("nan")

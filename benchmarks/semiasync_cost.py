@@ -51,7 +51,7 @@ def baseline_worker(args) -> None:
     from mpi4py import MPI
 
     from fdahpc.config import TrainConfig
-    from fdahpc.run import build
+    from fdahpc.run import build, resolve
 
     comm = MPI.COMM_WORLD
     torch.set_num_threads(1)
@@ -60,7 +60,7 @@ def baseline_worker(args) -> None:
                       out=os.path.join(args.out_dir, "baseline-unused.h5"))
     from fdahpc.comm.mpi import MPICommunicator
 
-    setup = build(cfg, MPICommunicator())
+    setup = build(resolve(cfg), MPICommunicator())
     jobs = [int(j) for j in args.jobs.split(",")][comm.rank]
 
     def barrier() -> None:  # a sleeping wait: MPI's Barrier would spin a core the others need

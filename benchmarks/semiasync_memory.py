@@ -59,14 +59,14 @@ def per_client_bytes(args, n: int) -> dict[str, float]:
     host (rank 1 of ``--ranks``) and the server's per-client arrays."""
     import numpy as np
 
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
     from fdahpc.data import partition
     from fdahpc.models import build_model
     from fdahpc.run import load_data
     from fdahpc.semiasync.mode import _split, host_of
     from fdahpc.semiasync.rules import build_rule
 
-    cfg = parse_args(flags(args, n))
+    cfg = parse_args(flags(args, n)).cfg
     hosts = host_of(n, args.ranks)
     mine = [c for c in range(n) if hosts[c] == 1]
     parts = []

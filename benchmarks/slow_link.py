@@ -141,9 +141,9 @@ def job(args) -> int:
     import torch
 
     from fdahpc.comm import make_communicator
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
     from fdahpc.data import FASHION_MNIST_DIR
-    from fdahpc.run import build, mode_of
+    from fdahpc.run import build
     from fdahpc.run import run as train
 
     torch.set_num_threads(1)
@@ -169,11 +169,11 @@ def job(args) -> int:
     results = []
     for order, (pass_, name, flags) in enumerate(schedule):
         out = os.path.join(args.workdir, f"{args.rate}-{order:02d}-{name.replace(' ', '_')}.h5")
-        cfg = parse_args([*flags, "--backend", "gloo", "--model", "lenet5", "--dataset", "fashion-mnist",
+        plan = parse_args([*flags, "--backend", "gloo", "--model", "lenet5", "--dataset", "fashion-mnist",
                           "--data-dir", FASHION_MNIST_DIR, "--max-steps", str(STEPS), "--epochs", "1000",
                           "--stop-check-every", "1000", "--threads", "1", "--log-every", "1000000", "--out", out])
-        mode_of(cfg.mode).prepare(cfg, comm)
-        setup = build(cfg, comm)
+        plan.mode.prepare(plan, comm)
+        setup = build(plan, comm)
         stamps: list[float] = []
         syncs_at: list[int] = []
         inner = setup.strategy.after_step
@@ -251,7 +251,9 @@ def measure(args) -> int:
 
 def fda_ratio() -> float:
     """LinearFDA's step over FedAvg's on LeNet-5 (scaling.csv: its drift and dots on top of the local step)."""
-    with open(os.path.join(HERE, "scaling.csv"), newline="") as fh:
+    from _common import RESULTS
+
+    with open(os.path.join(RESULTS, "scaling.csv"), newline="") as fh:
         c = {r["strategy"]: float(r["compute_seconds"]) for r in csv.DictReader(fh)
              if r["part"] == "projected" and r["model"] == "lenet5" and r["compute_seconds"]}
     return c["linearfda"] / c["fedavg"]
@@ -263,7 +265,7 @@ def report(args) -> int:
     with open(args.csv, newline="") as fh:
         rows = list(csv.DictReader(fh))
     ratio = fda_ratio()
-    print(f"# {args.command}   (its last step: python benchmarks/slow_link.py report --csv benchmarks/slow_link.csv)")
+    print(f"# {args.command}   (its last step: python benchmarks/slow_link.py report --csv benchmarks/results/slow_link.csv)")
     if args.note:
         print(f"note: {args.note}")
     table, wall_ok, comm_ok = [], [], []

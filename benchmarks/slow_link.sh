@@ -7,7 +7,7 @@
 # exists only between them (10.231.0.1 - 10.231.0.2), shapes each end's egress with tc
 # (tbf at RATE; a netem delay when the kernel has netem), runs 2 ranks of
 # torch.distributed over gloo/TCP, one rank in each namespace (benchmarks/slow_link.py),
-# and writes benchmarks/slow_link.csv and benchmarks/slow_link.txt. Everything it made is
+# and writes benchmarks/results/slow_link.csv and benchmarks/results/slow_link.txt. Everything it made is
 # removed on exit, also on an error or Ctrl-C; the whole script is bounded by
 # SLOW_LINK_TIMEOUT seconds (default 1800), each job inside it by slow_link.py's own timeout.
 # SLOW_LINK_PASSES (default 2): how many times each method runs per rate.
@@ -21,8 +21,8 @@ ADDR_A=10.231.0.1 ADDR_B=10.231.0.2
 DELAY_MS="${SLOW_LINK_DELAY_MS:-5}"   # one-way delay per end, asked of netem
 RATES=("$@")
 [ ${#RATES[@]} -eq 0 ] && RATES=(1gbit 100mbit 10mbit)
-CSV="$HERE/slow_link.csv"
-TXT="$HERE/slow_link.txt"
+CSV="$HERE/results/slow_link.csv"
+TXT="$HERE/results/slow_link.txt"
 
 if [ "$(id -u)" != 0 ]; then
     echo "slow_link.sh: network namespaces and tc need root; run it as root (sudo benchmarks/slow_link.sh)" >&2

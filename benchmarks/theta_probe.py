@@ -52,15 +52,16 @@ def main(argv=None) -> int:
 
     from fdahpc.comm import make_communicator
     from fdahpc.strategies.fda import exact_variance
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
     from fdahpc.sync_loop import MODE
     from fdahpc.worker import local_steps
 
     comm = make_communicator()
-    cfg = parse_args(["--strategy", "linearfda", "--theta", f"{args.theta:g}", "--dataset", args.dataset,
+    plan = parse_args(["--strategy", "linearfda", "--theta", f"{args.theta:g}", "--dataset", args.dataset,
                       "--model", args.model, "--partition", args.partition, "--optimizer", args.optimizer,
                       "--lr", f"{args.lr:g}", "--epochs", f"{args.epochs:g}", "--seed", str(args.seed)])
-    job = MODE.build(cfg, comm)
+    cfg = plan.cfg
+    job = MODE.build(plan, comm)
     job.fresh()
     strategy, trigger = job.strategy, job.strategy.trigger
     targets = sorted(float(t) for t in args.targets.split(","))

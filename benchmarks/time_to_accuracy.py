@@ -1,6 +1,6 @@
 """Time to accuracy on modelled fabrics, from the frontier's measured runs.
 
-    python benchmarks/time_to_accuracy.py        # reads benchmarks/frontier.csv and benchmarks/scaling.csv
+    python benchmarks/time_to_accuracy.py        # reads benchmarks/results/frontier.csv and scaling.csv
     python benchmarks/time_to_accuracy.py --markdown   # docs/results.md's regime table, from the same CSVs
 
 For every run of ``frontier.csv`` that reached its target: the wall time it would take on K
@@ -47,7 +47,7 @@ import sys
 from typing import NamedTuple
 
 import _common  # noqa: F401
-from _common import REPO_ROOT, print_report
+from _common import REPO_ROOT, RESULTS, print_report
 from cost_model import COLLECTIVES, FABRICS, fabric_alpha_beta
 import frontier
 import frontier_analysis
@@ -57,8 +57,8 @@ from frontier_analysis import FDA
 def parse(argv=None) -> argparse.Namespace:
     # usage suppressed: a bad flag is one line on stderr (the problem and its fix), exit 2
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
-    p.add_argument("--frontier", default=os.path.join(REPO_ROOT, "benchmarks", "frontier.csv"))
-    p.add_argument("--scaling", default=os.path.join(REPO_ROOT, "benchmarks", "scaling.csv"))
+    p.add_argument("--frontier", default=os.path.join(RESULTS, "frontier.csv"))
+    p.add_argument("--scaling", default=os.path.join(RESULTS, "scaling.csv"))
     p.add_argument("--markdown", action="store_true",
                    help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times)")
     p.add_argument("--step-ms", default="measured,5,20,100",

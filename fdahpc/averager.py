@@ -22,7 +22,10 @@ from typing import Any
 
 from torch import nn
 
+from .comm import make_communicator
+from .params import FlatParams
 from .renamed import take_old
+from .strategies import PRESETS, build_strategy, option_names_of, strategy_options
 
 __all__ = ["ModelAverager"]
 
@@ -38,10 +41,6 @@ class ModelAverager:
 
     def __init__(self, model: nn.Module, comm=None, strategy: str = "sketchfda", *, steps_per_epoch: int | None = None,
                  num_samples: int = 1, seed: int = 0, **options: Any) -> None:
-        from .comm import make_communicator
-        from .params import FlatParams
-        from .strategies import PRESETS, build_strategy, option_names_of, strategy_options
-
         if strategy not in PRESETS:
             raise ValueError(f"strategy {strategy!r}: unknown; choose one of {', '.join(PRESETS)}")
         for line in take_old(options, "ModelAverager", "keyword"):  # sync= is trigger='s old name
@@ -51,10 +50,10 @@ class ModelAverager:
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"option {unknown[0]!r}: unknown for {strategy}; it takes {', '.join(sorted(known | {'trigger'}))}")
-        strategy_options(strategy, trigger, options)  # checked before anything is built
+        parts = strategy_options(strategy, trigger, options)  # checked before anything is built
         self.comm = comm if comm is not None else make_communicator()
         self.flat = FlatParams(model)
-        self.strategy = build_strategy(strategy, trigger, options, self.comm, self.flat.w, steps_per_epoch, num_samples, seed)
+        self.strategy = build_strategy(parts, self.comm, self.flat.w, steps_per_epoch, num_samples, seed)
         self.comm.bcast_(self.flat.w, "control")  # one initial model everywhere
         self.strategy.reset()
 

@@ -39,6 +39,8 @@ import numpy as np
 import torch
 
 from . import faults
+from .config import RESUMABLE
+from .metrics import check_writable
 from .renamed import current_options
 
 __all__ = ["MANIFEST", "CheckpointError", "Resumed", "identity", "check_folder", "save", "latest", "resolve",
@@ -73,8 +75,6 @@ def identity(cfg, world_size: int, params: int) -> dict[str, Any]:
     """What must match between a checkpoint and the run resuming it: the world size, the
     model's size and every option not marked resumable in :mod:`fdahpc.config` (the
     strategy's Θ, τ, learning rates, ... as well as the model, data and partition)."""
-    from .config import RESUMABLE
-
     return dict(world_size=world_size, params=params,
                 **{name: value for name, value in _options(cfg).items() if name not in RESUMABLE})
 
@@ -82,8 +82,6 @@ def identity(cfg, world_size: int, params: int) -> dict[str, Any]:
 def changed_options(cfg, resumed: "Resumed | None") -> dict[str, tuple[Any, Any]]:
     """The resumable options this run changes against its checkpoint, ``{name: (old, new)}``
     (``--resume`` itself aside); they take effect, and the run file records them."""
-    from .config import RESUMABLE
-
     if resumed is None:
         return {}
     old, new = current_options(resumed.manifest.get("config", {})), _options(cfg)
@@ -353,8 +351,6 @@ def prepare(cfg, comm, stem: str) -> tuple[tuple[str, dict] | None, str]:
     ``runs/STEM-<time>.h5`` with rank 0's timestamp), which rank 0 checks is writable.
     Returns (what :func:`find` found, the run file)."""
     import time
-
-    from .metrics import check_writable
 
     if cfg.checkpoint_dir:
         check_folder(cfg.checkpoint_dir)

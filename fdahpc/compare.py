@@ -20,11 +20,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .metrics import read_run_file
+from .provenance import kernel_differences, segments_of
+from .run import layout_of
+
 __all__ = ["compare", "main"]
 
-def _kernels(attrs) -> dict | None:
-    from .provenance import segments_of
 
+def _kernels(attrs) -> dict | None:
     segments = segments_of(attrs)
     return segments[-1] if segments else None
 
@@ -33,9 +36,6 @@ def compare(a: str, b: str, rtol: float = 1e-4, accuracy_atol: float = 2e-3) -> 
     """(verdict, report lines); verdict is ``identical``, ``within`` or ``different``.
     Accuracies are compared in absolute terms (a near-tie test sample may flip class).
     ``ValueError`` (one line) for a file that cannot be read or runs of different modes."""
-    from .metrics import layout_of, read_run_file
-    from .provenance import kernel_differences
-
     (la, lb) = (layout_of(read_run_file(path, ())[0]) for path in (a, b))
     if la["events"] != lb["events"]:
         raise ValueError(f"{a} records {la['events']} and {b} {lb['events']}: runs of different kinds; compare runs "

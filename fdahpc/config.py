@@ -1,14 +1,17 @@
-"""Run configuration: one frozen dataclass, the command line and TOML files built from it.
+"""Run configuration: the options a user gives, one frozen dataclass; the bottom layer.
 
-Every flag of ``python -m fdahpc.train`` is a field below (``--batch-size`` ↔
-``batch_size``), and a ``--config run.toml`` file uses the same names (dashes or
-underscores). Precedence: command line, then the TOML file, then the defaults here.
-Validation lives in ``TrainConfig.__post_init__`` so library users get the same checks.
+Every flag of ``python -m fdahpc.train`` (:mod:`fdahpc.cli`) is a field below
+(``--batch-size`` ↔ ``batch_size``), and a ``--config run.toml`` file uses the same names
+(dashes or underscores). A :class:`TrainConfig` holds what was given (strategy-, rule- and
+mode-specific options are None when not given) and checks each value on its own;
+:func:`fdahpc.run.resolve` fills in the defaults from where each is declared
+(:data:`DEFAULTS_FROM`, the mode's), has the mode, strategy and rule check and build their
+options once, and refuses an option the run does not read. This module imports only
+:mod:`fdahpc.options` (no mode, no strategy, not torch).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -17,9 +20,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .options import TextModelOptions, betas_value, theta_value
-from .renamed import RENAMED_OPTIONS, say, take_old
+from .renamed import RENAMED_OPTIONS
 
-__all__ = ["TrainConfig", "parse_args", "RESUMABLE", "COMMON", "OPTION_FIELDS", "DEFAULTS_FROM"]
+__all__ = ["TrainConfig", "RESUMABLE", "COMMON", "OPTION_FIELDS", "FAMILIES", "DEFAULTS_FROM", "load_toml", "text_options"]
 
 def _f(default, help: str, *, resumable: bool = False, **extra):
     """A field with its ``--help`` line. ``resumable``: the option may change on ``--resume``
@@ -156,34 +159,31 @@ class TrainConfig:
     _filled: dict | None = field(default=None, repr=False, compare=False, metadata={"internal": True})
 
     def __post_init__(self) -> None:
-        from .run import mode_of, refuse_unread
-
         # In a copy made by dataclasses.replace a filled-in value the copy did not change is
-        # still not given.
+        # not given: the copy is the user's options again, to be resolved afresh.
         for name, value in (self._filled or {}).items():
             if getattr(self, name) == value:
                 object.__setattr__(self, name, None)
+        object.__setattr__(self, "_filled", None)
         #: The options the user gave (a flag, a TOML key, a keyword): every one must be read.
         # (by identity: a given 0, such as --theta 0, is given; a flag left off is False)
         object.__setattr__(self, "given", frozenset(f.name for f in OPTION_FIELDS
                                                     if getattr(self, f.name) is not None and getattr(self, f.name) is not False))
-        # The defaults of the options not given are filled in once, here (from where each is
-        # declared, then the mode's), so that every reader and the run file see a value.
-        mode = mode_of(self.mode)
-        filled = {name: default_value(spec) for name, spec in DEFAULTS_FROM.items()
-                  if isinstance(spec, str) and getattr(self, name) is None}
-        for name, value in filled.items():
-            object.__setattr__(self, name, value)
-        for name, value in mode.resolve(self).items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
-                filled[name] = value
-        object.__setattr__(self, "_filled", filled)
-        object.__setattr__(self, "server_betas", betas_value(self.server_betas))
-        object.__setattr__(self, "theta", theta_value(self.theta))
-        _validate(self)
-        mode.check(self)
-        refuse_unread(self, mode)
+        if self.server_betas is not None:
+            object.__setattr__(self, "server_betas", betas_value(self.server_betas))
+        if self.theta is not None:
+            object.__setattr__(self, "theta", theta_value(self.theta))
+        check_values(self)
+
+    def filled(self, defaults: dict[str, Any]) -> "TrainConfig":
+        """This configuration with ``defaults`` for options not given, as :func:`fdahpc.run.resolve`
+        fills them in: every reader and the run file see the value that ran, and ``given``
+        stays the user's."""
+        defaults = {name: value for name, value in defaults.items() if name not in self.given}
+        out = dataclasses.replace(self, **defaults)
+        object.__setattr__(out, "given", self.given)
+        object.__setattr__(out, "_filled", defaults)
+        return out
 
     def to_json(self) -> str:
         return json.dumps({f.name: getattr(self, f.name) for f in OPTION_FIELDS}, sort_keys=True)
@@ -239,34 +239,18 @@ def _require(ok: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
-def _validate(c: TrainConfig) -> None:
-    # Names that live in other modules are checked against their registries, lazily,
-    # so that importing config stays cheap.
-    from .data import check_dataset, parse_partition
-    from .models import MODELS
-    from .user import REF_FORM, is_ref
-
-    # Own code (module.path:function) is only named here; it is imported and called at
-    # setup, on every rank (fdahpc.user), never when a run file's options are read back.
-    _require(c.model in MODELS or is_ref(c.model), f"--model {c.model!r}: unknown; choose one of {', '.join(MODELS)} "
-             f"or your own {REF_FORM} (docs/own-model.md)")
-    try:
-        check_dataset(c.dataset)
-    except ValueError as exc:
-        raise ValueError(f"--{exc}") from None
-    if c.optimizer is not None:
-        from .worker import OPTIMIZERS
-
-        one_of("--optimizer", c.optimizer, OPTIMIZERS)
-    parse_partition(c.partition)
-    _check_text(c)
+def check_values(c: TrainConfig) -> None:
+    """Each given value on its own (``ValueError`` with one line). What needs a registry (a
+    model, dataset or optimizer name) or the other options is checked when the run is
+    resolved (:func:`fdahpc.run.resolve`), by the part that reads it."""
     _require(c.batch_size >= 1, f"--batch-size {c.batch_size}: must be >= 1, e.g. --batch-size 32")
     if c.lr is not None:
         _require(c.lr > 0 and math.isfinite(c.lr), f"--lr {c.lr}: must be a positive number, e.g. --lr 0.001")
     # The strategies' options (Θ, τ, the sketch, the server optimizers, FedAdp, client
     # sampling) are checked by their own classes (fdahpc.options), when the mode builds them.
     _require(c.weight_decay >= 0, f"--weight-decay {c.weight_decay}: must be >= 0")
-    _require(c.epochs > 0, f"--epochs {c.epochs}: must be > 0, e.g. --epochs 5")
+    if c.epochs is not None:
+        _require(c.epochs > 0, f"--epochs {c.epochs}: must be > 0, e.g. --epochs 5")
     if c.max_steps is not None:
         _require(c.max_steps >= 1, f"--max-steps {c.max_steps}: must be >= 1 (omit it to train for --epochs)")
     if c.target_accuracy is not None:
@@ -283,16 +267,10 @@ def _validate(c: TrainConfig) -> None:
         _require(c.checkpoint_dir is not None, "--checkpoint-every: needs --checkpoint-dir DIR to write into; add it")
     if c.resume == "auto":
         _require(c.checkpoint_dir is not None, "--resume auto: needs --checkpoint-dir DIR to look in; add it")
-    _require(c.stop_check_every >= 1, f"--stop-check-every {c.stop_check_every}: must be >= 1, e.g. 10")
+    if c.stop_check_every is not None:
+        _require(c.stop_check_every >= 1, f"--stop-check-every {c.stop_check_every}: must be >= 1, e.g. 10")
     _require(c.threads >= 1, f"--threads {c.threads}: must be >= 1")
-    from .worker import check_clip
-
-    check_clip(c.clip_grad_norm)
     _require(c.log_every >= 1, f"--log-every {c.log_every}: must be >= 1")
-    from .comm import BACKENDS, DEVICES
-
-    one_of("--backend", c.backend, BACKENDS)
-    one_of("--device", c.device, DEVICES)
     _require(c.comm_timeout > 0, f"--comm-timeout {c.comm_timeout}: must be > 0 seconds, e.g. 600")
 
 
@@ -300,80 +278,6 @@ def text_options(c: TrainConfig) -> TextModelOptions:
     """The character model's shape: the flags given, the model's defaults for the rest."""
     given = {name: getattr(c, name) for name in ("gpt_layers", "gpt_heads", "gpt_width") if getattr(c, name) is not None}
     return TextModelOptions(context=c.context or (80 if c.model == "lstm" else TextModelOptions.context), **given)
-
-
-def _check_text(c: TrainConfig) -> None:
-    """Character models go with a text dataset, image models with images; no flag of the
-    other kind is ignored."""
-    from .data import TEXT_DATASETS, check_dataset
-    from .models import TEXT_MODELS
-    from .user import is_ref
-
-    text = check_dataset(c.dataset)[0] in TEXT_DATASETS
-    if text and c.model not in TEXT_MODELS and not is_ref(c.model):  # an own model may read character codes
-        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt or --model lstm, or your own "
-                         "module.path:function")
-    if not text and c.model in TEXT_MODELS:
-        raise ValueError(f"--model {c.model}: a character model; use --dataset shakespeare")
-    if not text and "roles" in c.partition:
-        raise ValueError(f"--partition {c.partition}: roles are a text's speakers; use --dataset shakespeare or "
-                         "another partition")
-    for name in ("context", "gpt_layers", "gpt_heads", "gpt_width"):
-        users = TEXT_MODELS if name == "context" else ("gpt",)
-        own_text = name == "context" and text and is_ref(c.model)  # an own model's window on a text
-        if getattr(c, name) is not None and c.model not in users and not own_text:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag}: only used with --model {' or '.join(users)}; drop {flag}")
-    if text:
-        text_options(c)
-
-
-# Command line -----------------------------------------------------------------------
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage and exits on every rank; we want the one line that matters,
-    printed once by rank 0, so a parse error becomes the same ValueError as a bad value."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ValueError(f"{message} (see --help)")
-
-
-def _arg_type(f: dataclasses.Field):
-    if f.metadata.get("parse") == "theta":
-        return str  # a number or auto: TrainConfig parses it, once
-    t = str(f.type)
-    for name, conv in (("int", int), ("float", float)):
-        if t.startswith(name):
-            return conv
-    return str
-
-
-def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParser:
-    from .semiasync.rules import BUFFER_RULES
-    from .strategies import STRATEGY_HELP
-
-    p = _OneLineParser(
-        prog=prog,
-        description="Train one model replica per MPI rank with a communication-efficient strategy.",
-        epilog="strategies (--mode sync): " + "; ".join(f"{k}: {v}" for k, v in STRATEGY_HELP.items())
-        + ". Rules (--mode semiasync): " + ", ".join(BUFFER_RULES) + ".",
-        argument_default=argparse.SUPPRESS,
-    )
-    p.add_argument("--config", help="TOML file whose keys equal the flags (command line wins)")
-    by_name = {f.name: f for f in OPTION_FIELDS}
-    for family, names in FAMILIES.items():
-        group = p.add_argument_group(family)
-        for f in (by_name[n] for n in names):
-            flag = "--" + f.name.replace("_", "-")
-            helptext = f"{f.metadata['help']} (default: {_shown_default(f)})"
-            if f.type in ("bool", bool):
-                group.add_argument(flag, action="store_true", help=helptext)
-            else:
-                group.add_argument(flag, type=_arg_type(f), help=helptext, metavar=f.name.upper())
-    for old, new in RENAMED_OPTIONS.items():  # the old spellings, hidden; parse_args renames them
-        p.add_argument("--" + old.replace("_", "-"), type=_arg_type(by_name[new]), help=argparse.SUPPRESS)
-    return p
 
 
 #: Where the default of an option that is None in :class:`TrainConfig` ("not given") is
@@ -403,31 +307,6 @@ DEFAULTS_FROM: dict[str, str | dict[str, str]] = {
 }
 
 
-def default_value(spec: str):
-    """The value ``spec`` names: ``module:Name.attr`` or ``module:Class(param)`` (a signature default)."""
-    import importlib
-    import inspect
-
-    module, _, path = spec.partition(":")
-    if path.endswith(")"):
-        owner, _, param = path[:-1].partition("(")
-        return inspect.signature(getattr(importlib.import_module(module), owner)).parameters[param].default
-    value = importlib.import_module(module)
-    for attr in path.split("."):
-        value = getattr(value, attr)
-    return value
-
-
-def _shown_default(f: dataclasses.Field):
-    """What ``--help`` shows as a flag's default."""
-    spec = DEFAULTS_FROM.get(f.name)
-    if spec is None:
-        return f.default
-    if isinstance(spec, str):
-        return default_value(spec)
-    return ", ".join(f"{user} {default_value(s)}".strip() for user, s in spec.items())
-
-
 def load_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
@@ -442,19 +321,18 @@ def load_toml(path: str) -> dict[str, Any]:
         if key in FAMILIES and isinstance(value, dict):  # [fda] theta = 2
             for inner, v in value.items():
                 name = inner.replace("-", "_")
-                _removed(name)
+                removed(name)
                 _require(name in FAMILIES[key] or RENAMED_OPTIONS.get(name) in FAMILIES[key],
                          f"--config {path}: [{key}] has no key {inner!r}; "
                          f"it holds {', '.join(n.replace('_', '-') for n in FAMILIES[key])}")
                 out[name] = v
             continue
         name = key.replace("-", "_")
-        _removed(name)
+        removed(name)
         _require(name in names or name in RENAMED_OPTIONS,
                  f"--config {path}: unknown key {key!r}; keys are the flag names, e.g. batch-size")
         out[name] = value
-    say(take_old(out, f"--config {path}", "key"))
-    return out
+    return out  # an old name (RENAMED_OPTIONS) stays as given: the command line renames it and says so
 
 
 #: Flags that existed once: a run file or TOML file that still names one gets this line.
@@ -462,25 +340,7 @@ REMOVED = {"fedqs_val_fraction": "removed: the FedQS label test now uses up to 2
                                  "samples per label and holds nothing out; drop it"}
 
 
-def _removed(name: str) -> None:
+def removed(name: str) -> None:
     name = name.lstrip("-").split("=")[0].replace("-", "_")
     if name in REMOVED:
         raise ValueError(f"--{name.replace('_', '-')}: {REMOVED[name]}")
-
-
-def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    """Command line (and optional TOML file) → validated :class:`TrainConfig`."""
-    import sys
-
-    for arg in sys.argv[1:] if argv is None else argv:
-        if arg.startswith("--"):
-            _removed(arg)
-    ns = vars(build_parser().parse_args(argv))
-    notes = take_old(ns)
-    merged = load_toml(ns.pop("config")) if "config" in ns else {}
-    merged.update(ns)
-    say(notes)
-    try:
-        return TrainConfig(**merged)
-    except TypeError as exc:  # a TOML value of the wrong type
-        raise ValueError(f"configuration: {exc}") from None

@@ -39,9 +39,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .renamed import current_options
-
-__all__ = ["layout_of", "RunFile", "NullRunFile", "open_run_file", "check_writable", "read_run_file", "convergence_metrics"]
+__all__ = ["RunFile", "NullRunFile", "open_run_file", "check_writable", "read_run_file", "convergence_metrics"]
 
 
 def check_writable(path: str) -> None:
@@ -192,30 +190,6 @@ def read_run_file(path: str, names) -> tuple[dict[str, Any], dict[str, np.ndarra
         raise ValueError(f"run file {path}: damaged or truncated ({type(exc).__name__}: {exc}); "
                          "use the last complete copy or re-run") from None
     return attrs, series
-
-
-def layout_of(attrs: dict) -> dict[str, Any]:
-    """What a run file holds (:meth:`fdahpc.run.Mode.layout`): its ``layout`` attribute; for a
-    file written before the attribute existed, what its mode writes today."""
-    import json
-
-    def text(value) -> str:
-        return value.decode() if isinstance(value, bytes) else str(value)
-
-    if "layout" in attrs:
-        return json.loads(text(attrs["layout"]))
-    from .run import mode_of
-
-    try:
-        config = json.loads(text(attrs.get("config", "{}")))
-    except json.JSONDecodeError:
-        config = {}
-    config = dict(current_options(config) if isinstance(config, dict) else {}, strategy=text(attrs["strategy"]))
-    for name in ("partition", "clients", "buffer"):  # the attributes win, as they always did
-        if name in attrs:
-            config[name] = attrs[name].item() if hasattr(attrs[name], "item") else text(attrs[name])
-    world_size = attrs.get("world_size")
-    return mode_of(text(attrs.get("mode", "sync"))).layout(config, None if world_size is None else int(world_size))
 
 
 def convergence_metrics(accuracy: np.ndarray, window: int = 20, drop: float = 0.15) -> dict[str, float]:

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .metrics import read_run_file
+from .run import layout_of
+
 __all__ = ["Run", "read_run", "run_label", "plot_runs", "main"]
 
 _USAGE = "usage: python -m fdahpc.plot RUN.h5 [RUN.h5 ...] -o FIG.png"
@@ -51,8 +54,6 @@ def _float_or_none(value) -> float | None:
 def run_label(attrs: dict, config: dict) -> str:
     """``"sketchfda workers=8 θ=1 iid"``: how the run file's layout names the run (strategy, workers
     and only the settings that apply; :meth:`fdahpc.run.Mode.layout`)."""
-    from .metrics import layout_of
-
     if "layout" not in attrs:
         attrs = dict(attrs, config=json.dumps(config))
     return layout_of(attrs)["label"]
@@ -68,8 +69,6 @@ def _config(attrs) -> dict:
 
 def read_run(path: str) -> Run:
     """Load the evaluation series of one run file; ``ValueError`` when it is not one."""
-    from .metrics import layout_of, read_run_file
-
     attrs, _ = read_run_file(path, ())
     layout = layout_of(attrs)
     names = (layout["accuracy"], *(name for name, _, _ in layout["panels"]))

@@ -29,6 +29,8 @@ import subprocess
 import sys
 from typing import Any
 
+from . import __version__
+
 __all__ = ["this_rank", "gather", "kernels", "kernel_differences", "start", "segments_of", "format_lines"]
 
 log = logging.getLogger("fdahpc")
@@ -110,8 +112,6 @@ def _mpi_library() -> str | None:
 def gather(comm) -> dict[str, Any]:
     """Collective: the whole record, identical on every rank. Ranks with the same facts are
     grouped (``ranks``: their rank numbers), so 44 ranks on one kind of node are one entry."""
-    from . import __version__
-
     groups: dict[str, dict[str, Any]] = {}
     for rank, facts in enumerate(comm.allgather_obj(this_rank(comm.device))):
         key = json.dumps(facts, sort_keys=True)

@@ -8,16 +8,16 @@ version that wrote them (they are records, never rewritten), so every reader of 
 configuration or byte count passes it through :func:`current_options` or
 :func:`current_purposes` first.
 
-Kept at the bottom of the import graph (nothing of fdahpc imported at module level), so that
-the configuration, the checkpoints and the communicators can all read it.
+Kept at the bottom of the import graph (it imports nothing of fdahpc), so that the
+configuration, the checkpoints and the communicators can all read it; the command line
+(:mod:`fdahpc.cli`) prints the deprecation lines.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Mapping
 
-__all__ = ["RENAMED_OPTIONS", "RENAMED_PURPOSES", "note", "take_old", "say", "current_options", "current_purposes"]
+__all__ = ["RENAMED_OPTIONS", "RENAMED_PURPOSES", "note", "take_old", "current_options", "current_purposes"]
 
 #: Old option name → new one. ``sync`` named the trigger while ``--mode sync`` names the
 #: synchronous mode; the trigger is now ``trigger``.
@@ -57,19 +57,6 @@ def take_old(values: dict[str, Any], where: str = "", form: str = "flag") -> lis
         values[new] = values.pop(old)
         notes.append(note(old, where, form))
     return notes
-
-
-def say(notes: list[str], prog: str = "fdahpc.train") -> None:
-    """Print each deprecation line on stderr, on the launcher's rank 0 only (or when no
-    launcher set a rank): every rank parses the same flags, one line is enough."""
-    if not notes:
-        return
-    from .comm import env_rank  # only when there is something to say: it imports torch
-
-    if env_rank()[0] not in (None, 0):
-        return
-    for line in notes:
-        print(f"{prog}: note: {line}", file=sys.stderr, flush=True)
 
 
 def current_options(config: Mapping[str, Any]) -> dict[str, Any]:

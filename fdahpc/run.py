@@ -23,6 +23,7 @@ not be written, 1.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -30,7 +31,22 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["MODES", "SETUP_ERRORS", "Mode", "Job", "Outcome", "Session", "Run", "mode_of", "refuse_unread", "load_data",
+import numpy as np
+import torch
+
+from . import checkpoint, provenance
+from .comm import BACKENDS, DEVICES, env_rank
+from .config import COMMON, DEFAULTS_FROM, TrainConfig, one_of, text_options
+from .control import Diverged, stopped
+from .data import TEXT_DATASETS, check_dataset, load_dataset, parse_partition
+from .metrics import open_run_file
+from .models import MODELS, TEXT_MODELS, build_model, build_own_model, build_text_model
+from .renamed import current_options
+from .user import REF_FORM, is_ref
+from .worker import OPTIMIZERS, check_clip
+
+__all__ = ["MODES", "SETUP_ERRORS", "Mode", "Job", "Outcome", "Session", "Run", "Plan", "resolve", "mode_of", "refuse_unread",
+           "layout_of", "load_data",
            "new_model", "build", "run", "execute", "fail_setup"]
 
 log = logging.getLogger("fdahpc")
@@ -57,13 +73,14 @@ class Mode:
         """The ``--strategy`` names this mode runs."""
         raise NotImplementedError
 
-    def resolve(self, cfg) -> dict[str, Any]:
+    def defaults(self, cfg) -> dict[str, Any]:
         """Values for the options whose default is this mode's (they are None in ``cfg``)."""
         return {}
 
-    def reads(self, cfg) -> set[str]:
+    def reads(self, cfg, options) -> set[str]:
         """The options this run reads beside the ones every run reads
-        (:data:`fdahpc.config.COMMON`): the mode's own, its strategy's."""
+        (:data:`fdahpc.config.COMMON`): the mode's own, its strategy's (``options``: what
+        :meth:`check` built)."""
         return set(self.options)
 
     def readers(self, name: str) -> list[str]:
@@ -74,17 +91,17 @@ class Mode:
         """The run's choice that decides what it reads, e.g. ``--strategy fedavg``."""
         return f"--strategy {cfg.strategy}"
 
-    def check(self, cfg) -> None:
+    def check(self, cfg) -> Any:
         """The options against this mode (``ValueError`` with one line): a strategy of its
-        own. A mode extends it with its own checks."""
-        from .config import one_of
-
+        own. A mode extends it with its own checks and returns the options its strategy or
+        rule runs with, built once (:attr:`Plan.options`); None here."""
         if cfg.strategy not in self.strategies():
             for other in (mode_of(m) for m in MODES if m != self.name):
                 if cfg.strategy in other.strategies():
                     raise ValueError(f"--strategy {cfg.strategy}: {other.noun}; add --mode {other.name} or choose one "
                                      f"of {', '.join(self.strategies())}")
         one_of("--strategy", cfg.strategy, self.strategies())
+        return None
 
     def layout(self, config: dict, world_size: int) -> dict[str, Any]:
         """What this mode's run file holds, written into it (the ``layout`` attribute) so that
@@ -102,14 +119,14 @@ class Mode:
         """The device the communicator serves."""
         return cfg.device
 
-    def prepare(self, cfg, comm) -> None:
+    def prepare(self, plan: "Plan", comm) -> None:
         """Collective, before :meth:`build` on every rank (e.g. compile kernels once)."""
 
     def stem(self, cfg) -> str:
         """The default run file's name: ``runs/STEM-<time>.h5``."""
         return cfg.strategy
 
-    def build(self, cfg, comm) -> "Job":
+    def build(self, plan: "Plan", comm) -> "Job":
         """This rank's job; purely local (the ranks agree on success afterwards)."""
         raise NotImplementedError
 
@@ -175,8 +192,6 @@ class Session:
     def save(self, position: int, state: dict) -> str | None:
         """Collective checkpoint of every rank's ``state`` at ``position`` into
         ``--checkpoint-dir``; None (and a warning) when a rank could not write."""
-        from . import checkpoint
-
         self.run_file.flush()
         meta = dict(self._meta, run_file=os.path.abspath(self.out), run_rows=self.run_file.rows())
         return checkpoint.save_or_warn(self.comm, self.cfg.checkpoint_dir, position, state, meta, unit=self.unit)
@@ -199,12 +214,94 @@ class Run:
         return getattr(self.job, name)
 
 
-def refuse_unread(cfg, mode: Mode) -> None:
+@dataclass(frozen=True)
+class Plan:
+    """A resolved run: the options with every default filled in, its mode, and the options
+    the mode's strategy or rule runs with, built and checked once (:meth:`Mode.check`) and
+    handed down to :meth:`Mode.build`."""
+
+    cfg: TrainConfig
+    mode: Mode
+    options: Any = None
+
+
+def resolve(cfg: TrainConfig) -> Plan:
+    """The run ``cfg`` describes, checked (``ValueError`` with one line): the defaults of the
+    options not given filled in once (from where each is declared, then the mode's), names
+    checked against their registries, the mode's checks, and every given option read."""
+    mode = mode_of(cfg.mode)
+    filled = {name: default_value(spec) for name, spec in DEFAULTS_FROM.items()
+              if isinstance(spec, str) and name not in cfg.given}
+    filled.update({name: value for name, value in mode.defaults(cfg.filled(filled)).items() if name not in cfg.given})
+    cfg = cfg.filled(filled)
+    check_names(cfg)
+    options = mode.check(cfg)
+    plan = Plan(cfg, mode, options)
+    refuse_unread(plan)
+    return plan
+
+
+def default_value(spec: str):
+    """The value ``spec`` of :data:`fdahpc.config.DEFAULTS_FROM` names: ``module:Name.attr`` or
+    ``module:Class(param)`` (a signature default)."""
+    module, _, path = spec.partition(":")
+    if path.endswith(")"):
+        owner, _, param = path[:-1].partition("(")
+        return inspect.signature(getattr(importlib.import_module(module), owner)).parameters[param].default
+    value = importlib.import_module(module)
+    for attr in path.split("."):
+        value = getattr(value, attr)
+    return value
+
+
+def check_names(c: TrainConfig) -> None:
+    """The options that name something in a registry (a model, a dataset, an optimizer, a
+    backend), and the model against the data's kind; ``ValueError`` with one line. Own code
+    (``module.path:function``) is only named here; it is imported and called at setup, on
+    every rank (:mod:`fdahpc.user`), never when a run file's options are read back."""
+    if c.model not in MODELS and not is_ref(c.model):
+        raise ValueError(f"--model {c.model!r}: unknown; choose one of {', '.join(MODELS)} or your own {REF_FORM} "
+                         "(docs/own-model.md)")
+    try:
+        check_dataset(c.dataset)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
+    if c.optimizer is not None:
+        one_of("--optimizer", c.optimizer, OPTIMIZERS)
+    parse_partition(c.partition)
+    _check_text(c)
+    check_clip(c.clip_grad_norm)
+    one_of("--backend", c.backend, BACKENDS)
+    one_of("--device", c.device, DEVICES)
+
+
+def _check_text(c: TrainConfig) -> None:
+    """Character models go with a text dataset, image models with images; no flag of the
+    other kind is ignored."""
+    text = check_dataset(c.dataset)[0] in TEXT_DATASETS
+    if text and c.model not in TEXT_MODELS and not is_ref(c.model):  # an own model may read character codes
+        raise ValueError(f"--dataset {c.dataset}: character samples; use --model gpt or --model lstm, or your own "
+                         "module.path:function")
+    if not text and c.model in TEXT_MODELS:
+        raise ValueError(f"--model {c.model}: a character model; use --dataset shakespeare")
+    if not text and "roles" in c.partition:
+        raise ValueError(f"--partition {c.partition}: roles are a text's speakers; use --dataset shakespeare or "
+                         "another partition")
+    for name in ("context", "gpt_layers", "gpt_heads", "gpt_width"):
+        users = TEXT_MODELS if name == "context" else ("gpt",)
+        own_text = name == "context" and text and is_ref(c.model)  # an own model's window on a text
+        if getattr(c, name) is not None and c.model not in users and not own_text:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag}: only used with --model {' or '.join(users)}; drop {flag}")
+    if text:
+        text_options(c)
+
+
+def refuse_unread(plan: Plan) -> None:
     """``ValueError`` with one line for the first option the user gave that this run does
     not read: the flag, what reads it and the fix. Nothing given is silently ignored."""
-    from .config import COMMON
-
-    unread = sorted(cfg.given - COMMON - mode.reads(cfg))
+    cfg, mode = plan.cfg, plan.mode
+    unread = sorted(cfg.given - COMMON - mode.reads(cfg, plan.options))
     if not unread:
         return
     name = unread[0]
@@ -234,11 +331,6 @@ def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None
     rank (and the test rows ``test_indices(labels)`` picks; all when None, or ``--eval-samples``
     rows spread evenly over the test set). ``--dataset module.path:function`` is called here,
     on every rank, through the same readers (:func:`fdahpc.data.load_dataset`)."""
-    import numpy as np
-
-    from .config import text_options
-    from .data import TEXT_DATASETS, check_dataset, load_dataset
-
     text = {}
     if check_dataset(cfg.dataset)[0] in TEXT_DATASETS:
         text = dict(context=text_options(cfg).context, targets="sequence" if cfg.model == "gpt" else "last")
@@ -253,13 +345,6 @@ def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None
 def new_model(cfg, data):
     """The run's initial model, the same on every rank and device (built on the CPU from the seed):
     a built-in one, or ``--model module.path:function``'s, checked on the data's sample shape."""
-    import numpy as np
-    import torch
-
-    from .config import text_options
-    from .models import build_model, build_own_model, build_text_model
-    from .user import is_ref
-
     torch.manual_seed(cfg.seed)
     shape = tuple(data.x_train.shape[1:])
     if is_ref(cfg.model):
@@ -273,14 +358,12 @@ def new_model(cfg, data):
     return build_model(cfg.model, data.x_train.shape[1], data.x_train.shape[2], data.num_classes)
 
 
-def build(cfg, comm) -> Run:
+def build(plan: Plan, comm) -> Run:
     """Setup on this rank: checkpoint folder, run file name, the mode's job, the checkpoint
     to resume. Collective (the run file's name is agreed), then purely local."""
-    from . import checkpoint
-
-    mode = mode_of(cfg.mode)
+    cfg, mode = plan.cfg, plan.mode
     found, out = checkpoint.prepare(cfg, comm, mode.stem(cfg))
-    job = mode.build(cfg, comm)
+    job = mode.build(plan, comm)
     resumed = checkpoint.open_for_resume(cfg, found, comm.rank, comm.world_size, job.flat.dim) if found else None
     return Run(cfg, comm, mode, job, out, resumed)
 
@@ -288,10 +371,6 @@ def build(cfg, comm) -> Run:
 def run(r: Run, stop=None) -> dict:
     """Start (fresh or from the checkpoint), the mode's loop, teardown; the result, with its
     ``exit_code``. ``stop``: a :class:`fdahpc.control.StopRequest`."""
-    from . import checkpoint, provenance
-    from .control import Diverged, stopped
-    from .metrics import open_run_file
-
     cfg, comm, job = r.cfg, r.comm, r.job
     changed = checkpoint.changed_options(cfg, r.resumed)
     if r.resumed is None:
@@ -337,8 +416,6 @@ def fail_setup(comm, errors: list, per_node: bool = False) -> int:
     """One line from rank 0 (every rank failed the same way), exit code 2. Before the
     communicator exists the launcher's rank decides; ``per_node``: a node's own problem
     (its GPUs), said by local rank 0 of each node."""
-    from .comm import env_rank
-
     first = next(e for e in errors if e is not None)
     if comm is not None:
         show = comm.is_root
@@ -350,15 +427,12 @@ def fail_setup(comm, errors: list, per_node: bool = False) -> int:
     return 2
 
 
-def execute(cfg, comm, stop) -> int:
+def execute(plan: Plan, comm, stop) -> int:
     """Set up (the ranks agree on success), run; the exit code."""
-    from .control import Diverged
-
     logging.basicConfig(level=logging.INFO if comm.is_root else logging.WARNING, format="%(message)s", stream=sys.stdout)
-    mode = mode_of(cfg.mode)
     try:
-        mode.prepare(cfg, comm)
-        setup, error = build(cfg, comm), None
+        plan.mode.prepare(plan, comm)
+        setup, error = build(plan, comm), None
     except SETUP_ERRORS as exc:
         setup, error = None, str(exc)
     errors = comm.allgather_obj(error)  # all ranks agree before anyone trains
@@ -370,3 +444,24 @@ def execute(cfg, comm, stop) -> int:
         if comm.is_root:
             print(f"fdahpc.train: {exc}", file=sys.stderr, flush=True)
         return Diverged.exit_code
+
+
+def layout_of(attrs: dict) -> dict[str, Any]:
+    """What a run file holds (:meth:`Mode.layout`): its ``layout`` attribute; for a file
+    written before the attribute existed, what its mode writes today."""
+    def text(value) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    if "layout" in attrs:
+        return json.loads(text(attrs["layout"]))
+    try:
+        config = json.loads(text(attrs.get("config", "{}")))
+    except json.JSONDecodeError:
+        config = {}
+    # (a file written before an option was renamed names it the old way)
+    config = dict(current_options(config) if isinstance(config, dict) else {}, strategy=text(attrs["strategy"]))
+    for name in ("partition", "clients", "buffer"):  # the attributes win, as they always did
+        if name in attrs:
+            config[name] = attrs[name].item() if hasattr(attrs[name], "item") else text(attrs[name])
+    world_size = attrs.get("world_size")
+    return mode_of(text(attrs.get("mode", "sync"))).layout(config, None if world_size is None else int(world_size))

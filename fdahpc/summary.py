@@ -21,6 +21,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .metrics import convergence_metrics, read_run_file
+from .provenance import format_lines, segments_of
+from .run import layout_of
+
 __all__ = ["Summary", "summarize", "provenance_of", "main"]
 
 
@@ -50,8 +54,6 @@ def _reached(target: float, x: np.ndarray, acc: np.ndarray) -> str:
 
 def summarize(path: str) -> Summary:
     """The summary line of one run file; ``ValueError`` (one line) for a bad file."""
-    from .metrics import convergence_metrics, layout_of, read_run_file
-
     attrs, _ = read_run_file(path, ())
     layout = layout_of(attrs)
     bytes_series, how = layout["bytes"]
@@ -69,15 +71,10 @@ def summarize(path: str) -> Summary:
 
 def provenance_of(path: str) -> list[dict]:
     """The provenance segments a run file records ([] for files written before it existed)."""
-    from .metrics import read_run_file
-    from .provenance import segments_of
-
     return segments_of(read_run_file(path, ())[0])
 
 
 def format_provenance(path: str) -> str:
-    from .provenance import format_lines
-
     segments = provenance_of(path)
     if not segments:
         return f"{path}: no provenance recorded (written by an older fdahpc)"

@@ -12,8 +12,19 @@ import math
 import time
 from dataclasses import dataclass
 
+import torch
+
+from . import faults
+from .control import Diverged, agree
+from .data import partition
+from .evaluate import Evaluator
+from .options import SamplingOptions, SketchShape, WarmupOptions, option_names
+from .params import FlatParams
 from .renamed import current_purposes
-from .run import Job, Mode, Outcome, load_data, new_model
+from .run import Job, Mode, Outcome, Plan, load_data, new_model
+from .strategies import (PRESETS, RULES, STRATEGIES, TRIGGERS, StrategyOptions, build_strategy, local_optimizer,
+                         strategy_options, trigger_of)
+from .worker import BatchStream, local_steps, make_optimizer
 
 __all__ = ["MODE", "SyncMode", "SyncJob", "reached"]
 
@@ -26,8 +37,6 @@ DEFAULT_EPOCHS, DEFAULT_STOP_CHECK_EVERY = 5.0, 10
 
 def _theta_driven(strategy: str, trigger: str | None) -> bool:
     """Whether the run's trigger compares an estimate with Θ (then Θ names the run)."""
-    from .strategies import PRESETS, TRIGGERS, trigger_of
-
     if strategy not in PRESETS or (trigger is not None and trigger not in TRIGGERS):
         return False  # a run file from another version: no label is better than a wrong one
     return trigger_of(strategy, trigger).theta_driven
@@ -39,29 +48,21 @@ class SyncMode(Mode):
     options = ("trigger", "max_steps", "epochs", "stop_check_every")
 
     def strategies(self) -> tuple[str, ...]:
-        from .strategies import STRATEGIES
-
         return STRATEGIES
 
-    def resolve(self, cfg) -> dict:
+    def defaults(self, cfg) -> dict:
         return {"strategy": "sketchfda"}
 
-    def reads(self, cfg) -> set[str]:
+    def reads(self, cfg, options: StrategyOptions) -> set[str]:
         """The mode's options and those of the strategy's parts: its trigger's, its rule's, the
         warm-up, client sampling (round-based triggers) and the sketch's shape (when it sketches)."""
-        from .options import SamplingOptions, SketchShape, WarmupOptions, option_names
-        from .strategies import strategy_options
-
-        o = strategy_options(cfg.strategy, cfg.trigger, cfg)
+        o = options
         parts = [type(o.trigger_options), type(o.rule_options), WarmupOptions]
         parts += [SamplingOptions] if o.trigger.round_based else []
         parts += [SketchShape] if o.uses_sketch else []
         return set(self.options) | {name for cls in parts for name in option_names(cls)}
 
     def readers(self, name: str) -> list[str]:
-        from .options import SamplingOptions, SketchShape, WarmupOptions, option_names
-        from .strategies import PRESETS, RULES, TRIGGERS
-
         out = super().readers(name) + ([f"--mode {self.name}"] if name in option_names(WarmupOptions) else [])
         triggers = [t for t, cls in TRIGGERS.items() if name in option_names(cls.Options)]
         strategies = [s for s, p in PRESETS.items() if p.trigger in triggers or name in option_names(RULES[p.rule].Options)]
@@ -93,35 +94,27 @@ class SyncMode(Mode):
                     events="sync/step", bytes=["eval/comm_bytes", "cumulative"],
                     workers="?" if world_size is None else str(world_size), label=" ".join(label), convergence=False)
 
-    def check(self, cfg) -> None:
-        from .strategies import strategy_options
-
+    def check(self, cfg) -> StrategyOptions:
         super().check(cfg)
-        strategy_options(cfg.strategy, cfg.trigger, cfg)  # the trigger's and the rule's options, checked
+        options = strategy_options(cfg.strategy, cfg.trigger, cfg)  # the trigger's and the rule's, checked
         if cfg.weighting != "uniform" and cfg.strategy == "fedadp":
             raise ValueError("--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
+        return options
 
-    def prepare(self, cfg, comm) -> None:
+    def prepare(self, plan: Plan, comm) -> None:
         """Rank 0 compiles the Numba sketch kernels (or loads them from the cache) while the
         others wait, so that 44 ranks do not all compile and race on the cache at once."""
-        from .strategies import uses_sketch
-
-        if not uses_sketch(cfg):
+        if not plan.options.uses_sketch:
             return
         if comm.is_root:
-            from .sketch import compile_kernels
+            from .sketch import compile_kernels  # Numba: imported only by runs that sketch (start-up)
 
             compile_kernels()
         comm.barrier()
 
-    def build(self, cfg, comm) -> "SyncJob":
+    def build(self, plan: Plan, comm) -> "SyncJob":
         """Data, model, optimizer, strategy and evaluator for this rank (no file written)."""
-        from .evaluate import Evaluator
-        from .data import partition
-        from .params import FlatParams
-        from .strategies import build_strategy, local_optimizer
-        from .worker import BatchStream, make_optimizer
-
+        cfg = plan.cfg
         n_total = {}
 
         def my_indices(labels):
@@ -150,8 +143,8 @@ class SyncMode(Mode):
                              f"batch of {cfg.batch_size}; lower --batch-size, use fewer ranks or drop --drop-last")
         batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank, device=comm.device,
                               drop_last=cfg.drop_last)
-        strategy = build_strategy(cfg.strategy, cfg.trigger, cfg, comm, flat.w, steps_per_epoch,
-                                  num_samples=len(data.y_train), seed=cfg.seed)
+        strategy = build_strategy(plan.options, comm, flat.w, steps_per_epoch, num_samples=len(data.y_train),
+                                  seed=cfg.seed)
         return SyncJob(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps)
 
 
@@ -215,8 +208,6 @@ class SyncJob(Job):
 
     def state_dict(self) -> dict:
         """Everything this rank needs to continue bit for bit (see :mod:`fdahpc.checkpoint`)."""
-        import torch
-
         return {
             "w": self.flat.w.clone(),
             "buffers": {name: b.clone() for name, b in self.model.named_buffers()},
@@ -229,8 +220,6 @@ class SyncJob(Job):
         }
 
     def load_state_dict(self, state: dict) -> None:
-        import torch
-
         self.flat.w.copy_(state["w"])
         buffers = dict(self.model.named_buffers())
         for name, value in state["buffers"].items():
@@ -257,12 +246,6 @@ class SyncJob(Job):
         (:mod:`fdahpc.control`); checkpoints are written every ``--checkpoint-every`` steps,
         when a signal stops the run, and at its end.
         """
-        import torch
-
-        from . import faults
-        from .control import Diverged, agree
-        from .worker import local_steps
-
         cfg, comm, strategy, progress, stop = self.cfg, self.comm, self.strategy, self.progress, session.stop
         run = session.run_file
         strategy.sink = run.append  # sync/step, fda/*, round/* series

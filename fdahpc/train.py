@@ -16,11 +16,21 @@ waits forever. SIGTERM/SIGUSR1 stop every rank at the same step after a checkpoi
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import struct
 import sys
+import termios
 import time
 import traceback
+
+import torch
+
+from .cli import parse_args
+from .comm import LaunchError, make_communicator
+from .control import StopRequest
+from .run import SETUP_ERRORS, execute, fail_setup
 
 __all__ = ["main"]
 
@@ -32,8 +42,6 @@ def _limit_threads(n: int) -> None:
     threads spinning beside other ranks' work cost more than they give. Numba takes its
     count from the environment when first imported: only runs with Numba kernels import it
     (sketches, large semi-async models), and the others start faster without."""
-    import torch
-
     torch.set_num_threads(n)
     numba = sys.modules.get("numba")
     if numba is not None:  # imported already (an own-loop caller, a test): its pool is sized
@@ -54,10 +62,6 @@ def _wait_relayed(timeout_s: float = RELAY_TIMEOUT_SECONDS) -> None:
     process, and MPICH's kills on Abort drop what it has not read yet; a fixed sleep lost the
     message on a loaded machine, so this asks the pipe itself how many bytes are unread
     (``FIONREAD``). A terminal or a file has no reader to wait for."""
-    import fcntl
-    import struct
-    import termios
-
     deadline = time.monotonic() + timeout_s
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -76,24 +80,19 @@ def _wait_relayed(timeout_s: float = RELAY_TIMEOUT_SECONDS) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .comm import LaunchError, make_communicator
-    from .config import parse_args
-    from .run import SETUP_ERRORS, execute, fail_setup, mode_of
-
     try:
-        cfg = parse_args(argv)
+        plan = parse_args(argv)
     except SETUP_ERRORS as exc:  # every rank parsed the same flags and failed the same way
         return fail_setup(None, [str(exc)])
-    from .control import StopRequest
-
+    cfg = plan.cfg
     _limit_threads(cfg.threads)
     stop = StopRequest().install()  # before setup: a signal during it stops at the first check
     try:
-        comm = make_communicator(cfg.backend, mode_of(cfg.mode).device(cfg), cfg.comm_timeout)
+        comm = make_communicator(cfg.backend, plan.mode.device(cfg), cfg.comm_timeout)
     except SETUP_ERRORS as exc:
         return fail_setup(None, [str(exc)], per_node=isinstance(exc, LaunchError))
     try:
-        code = execute(cfg, comm, stop)
+        code = execute(plan, comm, stop)
     except BaseException:
         if comm.world_size == 1:
             raise

@@ -49,11 +49,11 @@ def train_inprocess(comm, out, **options):
     ``options`` say otherwise; (the built run, its result). Rank 0's ``out`` is used (None:
     the default, or a resumed run's own file)."""
     from fdahpc.config import TrainConfig
-    from fdahpc.run import build, run
+    from fdahpc.run import build, resolve, run
 
     out = comm.bcast_obj(None if out is None else str(out))  # None: a resumed run's own file
     cfg = TrainConfig(**{**SMALL, "out": out, **options})
-    setup = build(cfg, comm)
+    setup = build(resolve(cfg), comm)
     return setup, run(setup)
 
 

@@ -770,3 +770,23 @@ def test_benchmarks_run_as_modules_from_the_repository_root():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.frontier", "--help"], cwd=root, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0 and "usage: frontier.py" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_default_outputs_and_inputs_are_in_benchmarks_results():
+    """Every script's default output (and the committed CSVs its defaults read) lies in
+    benchmarks/results/, the folder the committed outputs are in."""
+    import fedqs_regime
+    import frontier
+    import scaling
+    import time_to_accuracy
+    from _common import RESULTS
+
+    assert RESULTS == os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results")
+    assert os.path.isfile(os.path.join(RESULTS, "frontier.csv"))
+    prefixes = [comm_cost.parse([]).out, scaling.parse([]).out, frontier.parse([]).out]
+    assert prefixes == [os.path.join(RESULTS, name) for name in ("comm_cost", "scaling", "frontier")]
+    tta = time_to_accuracy.parse([])
+    assert (tta.frontier, tta.scaling) == (os.path.join(RESULTS, "frontier.csv"), os.path.join(RESULTS, "scaling.csv"))
+    argv = fedqs_regime.semiasync_argv(fedqs_regime.parse([]), "dirichlet:0.1")
+    assert argv[argv.index("--csv") + 1] == os.path.join(RESULTS, "fedqs_regime_dirichlet0.1.csv")
+    assert len(fedqs_regime.table("dirichlet:0.1", list(fedqs_regime.METHODS))) > 2  # reads the committed CSV

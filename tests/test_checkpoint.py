@@ -16,6 +16,7 @@ import torch
 from fdahpc import checkpoint
 from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
+from fdahpc.run import resolve
 from fdahpc.metrics import RunFile
 from fdahpc.summary import main as summary_main
 from fdahpc.worker import BatchStream
@@ -96,10 +97,10 @@ def test_foreign_or_incomplete_folders_are_refused(tmp_path):
 
 
 def test_identity_mismatch_names_each_difference(tmp_path):
-    cfg = TrainConfig(strategy="linearfda")
+    cfg = resolve(TrainConfig(strategy="linearfda")).cfg
     manifest = dict(checkpoint.identity(cfg, 4, 100))
     with pytest.raises(checkpoint.CheckpointError) as err:
-        checkpoint.check_identity(manifest, checkpoint.identity(TrainConfig(strategy="fedavg"), 2, 100), "ck")
+        checkpoint.check_identity(manifest, checkpoint.identity(resolve(TrainConfig(strategy="fedavg")).cfg, 2, 100), "ck")
     assert "world size 4 (this run: 2)" in str(err.value) and "--strategy 'linearfda' (this run: 'fedavg')" in str(err.value)
 
 

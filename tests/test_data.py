@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fdahpc.config import parse_args
+from fdahpc.cli import parse_args
 from fdahpc.data import (DATASETS, FASHION_MNIST_DIR, Dataset, load_dataset,
                          parse_partition, partition)
 from fdahpc.data.partition import PartitionSpec

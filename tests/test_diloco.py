@@ -9,6 +9,7 @@ import torch
 from fdahpc.aggregate import DiLoCoOuter
 from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
+from fdahpc.run import resolve
 from fdahpc.strategies import build_strategy, local_optimizer, strategy_options
 from fdahpc.strategies.diloco import DiLoCoRule
 from fdahpc.strategies.fda import LinearFDATrigger
@@ -23,7 +24,7 @@ def worker_model(rank, rnd, d=D):
 
 def make(comm, strategy="diloco", **options):
     w = torch.from_numpy(worker_model(99, 0))
-    return build_strategy(strategy, options.pop("trigger", None), options, comm, w, steps_per_epoch=3, num_samples=10)
+    return build_strategy(strategy_options(strategy, options.pop("trigger", None), options), comm, w, steps_per_epoch=3, num_samples=10)
 
 
 def test_outer_step_matches_a_hand_computation():
@@ -102,7 +103,7 @@ def test_diloco_preset_and_options():
     fda = make(LocalCommunicator(), trigger="linear", theta=2.0)  # any trigger drives it
     assert isinstance(fda.trigger, LinearFDATrigger) and isinstance(fda.rule, DiLoCoRule)
     with pytest.raises(ValueError, match="--local-epochs: diloco's round is --tau steps"):
-        TrainConfig(strategy="diloco", local_epochs=2)
+        resolve(TrainConfig(strategy="diloco", local_epochs=2))
     with pytest.raises(ValueError, match=r"mu \(--server-momentum, DiLoCo's outer momentum\) 1.0: must be in \[0, 1\)"):
         make(LocalCommunicator(), server_momentum=1.0)
 

@@ -64,3 +64,29 @@ def test_results_tables_are_what_the_benchmarks_print_from_their_csvs():
         rows = _table_rows(proc.stdout)
         stale = [r for r in rows if r not in results]
         assert len(rows) > 20 and not stale, f"{' '.join(script)}: docs/results.md lacks {stale[:3]}"
+
+
+def test_benchmarks_folder_holds_commands_and_every_named_output_lies_in_results():
+    """benchmarks/ holds scripts, shell drivers and its README; what they wrote lives in
+    benchmarks/results/. Every output path the docs, README, code and tests name is a
+    results/ path of a file that is there, so neither a stray output nor a stale path
+    survives a change."""
+    bench = f"{REPO}/benchmarks"
+    stray = [name for name in os.listdir(bench) if os.path.isfile(f"{bench}/{name}")
+             and not (name.endswith((".py", ".sh")) or name == "README.md")]
+    assert not stray, f"outputs at benchmarks/ top level (move them to benchmarks/results/): {stray}"
+    results = os.listdir(f"{bench}/results")
+    assert "frontier.csv" in results and not [n for n in results if n.endswith((".py", ".sh"))]
+    named = {}  # path -> the first file naming it
+    files = [*glob.glob(f"{REPO}/*.md"), *glob.glob(f"{REPO}/docs/*.md"), *glob.glob(f"{REPO}/jobs/*"),
+             *glob.glob(f"{bench}/*"), *glob.glob(f"{bench}/results/*.txt"), *glob.glob(f"{REPO}/fdahpc/**/*.py", recursive=True),
+             *glob.glob(f"{REPO}/tests/*.py")]
+    for path in files:
+        if os.path.isfile(path):
+            for hit in re.findall(r"benchmarks/[\w./-]+?\.(?:csv|txt|png|json)\b", open(path, encoding="utf-8").read()):
+                named.setdefault(hit, os.path.relpath(path, REPO))
+    assert len(named) > 20
+    # a figure a run writes beside its committed CSV (comm_cost.png) counts as there: same run, same stem
+    wrong = [f"{where}: {hit}" for hit, where in sorted(named.items())
+             if not hit.startswith("benchmarks/results/") or not glob.glob(f"{REPO}/{os.path.splitext(hit)[0]}.*")]
+    assert not wrong, wrong

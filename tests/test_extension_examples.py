@@ -128,11 +128,12 @@ def test_a_loss_trigger_registered_in_one_line_runs_in_model_averager(plateau):
         strategy_options("fedavg", "loss-plateau", {"clients_per_round": 1})
     # The command line: Θ is not read by a trigger that is not Θ-driven, sampling not by one that reads losses.
     from fdahpc.config import TrainConfig
+    from fdahpc.run import resolve
 
     with pytest.raises(ValueError, match=r"^--theta: --strategy fedavg --trigger loss-plateau does not read it"):
-        TrainConfig(strategy="fedavg", trigger="loss-plateau", theta="auto")
+        resolve(TrainConfig(strategy="fedavg", trigger="loss-plateau", theta="auto"))
     with pytest.raises(ValueError, match=r"^--clients-per-round: "):
-        TrainConfig(strategy="fedavg", trigger="loss-plateau", clients_per_round=1)
+        resolve(TrainConfig(strategy="fedavg", trigger="loss-plateau", clients_per_round=1))
     # The periodic trigger ignores the loss it is given.
     periodic = ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", tau=2)
     assert [periodic.step(loss=float(s)) for s in range(4)] == [False, True, False, True]
@@ -157,11 +158,11 @@ def test_the_training_loop_hands_the_loss_to_the_trigger(plateau, tmp_path):
 
     from fdahpc.comm import LocalCommunicator
     from fdahpc.config import TrainConfig
-    from fdahpc.run import build, run as train
+    from fdahpc.run import build, resolve, run as train
 
     cfg = TrainConfig(strategy="fedavg", trigger="loss-plateau", dataset="mnist5k", max_steps=40, batch_size=16,
                       lr=0.05, log_every=10**6, out=str(tmp_path / "p.h5"))
-    res = train(build(cfg, LocalCommunicator()))
+    res = train(build(resolve(cfg), LocalCommunicator()))
     with h5py.File(tmp_path / "p.h5") as f:
         steps, losses, syncs = f["plateau/step"][:], f["plateau/loss"][:], f["sync/step"][:].tolist()
     assert _replay(MEAN_LOSS, 2) == SYNCS_BY_HAND  # the replay agrees with the hand computation
@@ -217,7 +218,7 @@ def freshest():
 
 def test_the_docs_buffer_rule_aggregates_a_buffer_as_by_hand(freshest):
     from fdahpc.config import TrainConfig
-    from fdahpc.run import mode_of
+    from fdahpc.run import mode_of, resolve
     from fdahpc.semiasync.rules import Update, build_buffer_rule
 
     models = [[1.0, 2.0], [3.0, 4.0], [5.0, 7.0], [7.0, 8.0]]
@@ -241,10 +242,11 @@ def test_the_docs_buffer_rule_aggregates_a_buffer_as_by_hand(freshest):
     mode = mode_of("semiasync")
     assert "freshest" in mode.strategies() and mode.RULE_OPTIONS["freshest"] == {"freshest_k"}
     assert "--strategy freshest" in mode.readers("freshest_k")
-    cfg = TrainConfig(mode="semiasync", strategy="freshest", clients=4, buffer=2)
-    assert "freshest_k" in mode.reads(cfg) and "server_lr" not in mode.reads(cfg)
+    plan = resolve(TrainConfig(mode="semiasync", strategy="freshest", clients=4, buffer=2))
+    reads = mode.reads(plan.cfg, plan.options)
+    assert "freshest_k" in reads and "server_lr" not in reads
     with pytest.raises(ValueError, match=r"^--server-lr: .*freshest.*fedbuff, mstep, wkafl"):
-        TrainConfig(mode="semiasync", strategy="freshest", server_lr=0.5)
+        resolve(TrainConfig(mode="semiasync", strategy="freshest", server_lr=0.5))
 
 
 RUN_RULE = """

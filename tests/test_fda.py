@@ -9,7 +9,7 @@ from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
 from fdahpc.sketch import AmsSketch
 from fdahpc.strategies.fda import LinearFDATrigger, SketchFDATrigger
-from fdahpc.run import build
+from fdahpc.run import build, resolve
 
 D = 2000
 
@@ -107,7 +107,7 @@ def test_xi_follows_the_last_two_synchronized_models():
 def _steps(comm, tmp_path, steps, **cfg):
     """Run ``steps`` local steps by hand; returns (setup, per-step sync decisions)."""
     out = comm.bcast_obj(str(tmp_path / "fda.h5"))
-    setup = build(TrainConfig(dataset="mnist5k", batch_size=16, out=out, **cfg), comm)
+    setup = build(resolve(TrainConfig(dataset="mnist5k", batch_size=16, out=out, **cfg)), comm)
     comm.bcast_(setup.flat.w, "control")
     setup.strategy.reset()
     decisions = []
@@ -154,7 +154,7 @@ def test_log_variance_records_exact_variance(tmp_path):
 
     cfg = TrainConfig(dataset="mnist5k", batch_size=16, strategy="linearfda", theta=0.5, max_steps=30,
                       log_variance=True, fda_log_every=3, out=str(tmp_path / "v.h5"), log_every=10**6)
-    setup = build(cfg, LocalCommunicator())
+    setup = build(resolve(cfg), LocalCommunicator())
     train(setup)
     import h5py
 
@@ -209,7 +209,7 @@ def test_readme_trigger_example_registers_and_runs(tmp_path):
     try:
         cfg = TrainConfig(strategy="fedavg", trigger="drift-norm", theta=0.05, dataset="mnist5k", max_steps=20,
                           batch_size=16, log_every=10**6, out=str(tmp_path / "r.h5"))
-        setup = build(cfg, LocalCommunicator())
+        setup = build(resolve(cfg), LocalCommunicator())
         res = train(setup)
         assert res["steps"] == 20 and 0 < res["syncs"] < 20 and setup.strategy.trigger.name == "drift-norm"
         assert res["comm_bytes"] == 2 * 4 * setup.flat.dim * res["syncs"] + 4 * 20

@@ -8,7 +8,8 @@ import torch
 
 from conftest import run_python
 from fdahpc.config import TrainConfig
-from fdahpc.strategies import build_strategy
+from fdahpc.run import resolve
+from fdahpc.strategies import build_strategy, strategy_options
 
 D = 300
 
@@ -17,7 +18,7 @@ def drive(comm, strategy, steps, **options):
     """Rank-dependent random drifts; (sync steps, {step: h}, {step: exact variance}, monitoring bytes sent)."""
     before = comm.bytes_sent["monitor"]
     w = torch.zeros(D)
-    strat = build_strategy(strategy, None, options, comm, w, steps_per_epoch=10, num_samples=10)
+    strat = build_strategy(strategy_options(strategy, None, options), comm, w, steps_per_epoch=10, num_samples=10)
     strat.reset()
     records = {}
     strat.sink = lambda name, value: records.setdefault(name, []).append(value)
@@ -70,9 +71,9 @@ def test_decisions_wait_for_the_checked_step(comm, lag):
 
 def test_fda_every_refusals(tmp_path):
     with pytest.raises(ValueError, match=r"--fda-every: --strategy fedavg does not read it \(read by --strategy linearfda, sketchfda or --trigger linear, sketch\)"):
-        TrainConfig(strategy="fedavg", fda_every=2)
+        resolve(TrainConfig(strategy="fedavg", fda_every=2))
     with pytest.raises(ValueError, match="--fda-every: only used with --mode sync"):
-        TrainConfig(mode="semiasync", fda_every=3)
+        resolve(TrainConfig(mode="semiasync", fda_every=3))
     from fdahpc import ModelAverager
 
     avg = ModelAverager(torch.nn.Linear(3, 1), None, "linearfda", theta=1e9, fda_every=3)

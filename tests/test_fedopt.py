@@ -8,7 +8,8 @@ from naive import naive_fedadam_round, naive_fedadp_weights, naive_fedavgm_round
 
 from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
-from fdahpc.strategies import build_strategy
+from fdahpc.run import resolve
+from fdahpc.strategies import build_strategy, strategy_options
 from fdahpc.strategies.fda import SketchFDATrigger
 from fdahpc.aggregate import sketch_cosine
 from fdahpc.strategies.fedopt import ServerOptRule
@@ -25,7 +26,7 @@ def worker_model(rank, rnd, d=D):
 
 def make(comm, strategy, **options):
     w = torch.from_numpy(worker_model(99, 0))  # the common initial model
-    return build_strategy(strategy, options.pop("trigger", None), options, comm, w, steps_per_epoch=3,
+    return build_strategy(strategy_options(strategy, options.pop("trigger", None), options), comm, w, steps_per_epoch=3,
                           num_samples=100 + 10 * comm.rank)
 
 
@@ -183,6 +184,6 @@ def test_sample_weighted_mean_is_mcmahans_fedavg(comm, strategy):
 
 def test_weighting_refusals():
     with pytest.raises(ValueError, match="--weighting 'mean': unknown"):
-        TrainConfig(strategy="fedavg", weighting="mean")
+        resolve(TrainConfig(strategy="fedavg", weighting="mean"))
     with pytest.raises(ValueError, match="FedAdp's weights already include"):
-        TrainConfig(strategy="fedadp", weighting="samples")
+        resolve(TrainConfig(strategy="fedadp", weighting="samples"))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import run_python
-from fdahpc.config import parse_args
+from fdahpc.cli import parse_args
 from fdahpc.worker import BatchStream, local_steps
 
 TINY = ["--dataset", "mnist5k", "--model", "lenet5", "--batch-size", "16", "--log-every", "1000"]
@@ -132,7 +132,7 @@ def test_regime_benchmark_runs_every_method_in_the_papers_setting(monkeypatch):
     assert ticks.csv.endswith("fedqs_regime_ticks_droplast_dirichlet0.1.csv") and "ticks_droplast" in ticks.out_dir
     flags = semiasync.flags_for(ticks, "fedqs-avg:fedqs-variant=authors", 0)
     assert flags[-5:] == ["--clip-grad-norm", "20", "--clock", "ticks", "--drop-last"]
-    cfg = parse_args(flags)
+    cfg = parse_args(flags).cfg
     assert cfg.clock == "ticks" and cfg.drop_last
 
 

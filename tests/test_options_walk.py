@@ -12,21 +12,20 @@ import pytest
 import torch
 
 from fdahpc.config import COMMON, OPTION_FIELDS, TrainConfig
-from fdahpc.run import MODES, mode_of
+from fdahpc.run import MODES, mode_of, resolve
 from test_resume_options import CHANGED, REQUIRES
 
 #: The options the walk gives (the others every run reads; mode and strategy are the walk's axes).
 WALKED = [f.name for f in OPTION_FIELDS if f.name not in COMMON]
 
 
-def _consumed_sync(cfg, name):
+def _consumed_sync(plan, name):
     """Whether the value of ``name`` reaches the sync run: a field of an options object its
-    trigger, rule, warm-up, sampling or sketch is built with, or an option of the mode itself."""
-    from fdahpc.strategies import strategy_options
-
+    trigger, rule, warm-up, sampling or sketch is built with (as the run hands them down), or
+    an option of the mode itself."""
+    cfg, o = plan.cfg, plan.options
     if name in mode_of("sync").options:
         return True
-    o = strategy_options(cfg.strategy, cfg.trigger, cfg)
     parts = [o.trigger_options, o.rule_options, o.sampling, o.warmup, o.sketch]
     # The part's value is the given one as its class parses it (--theta-fabric's text as a tuple).
     return any(name in {f.name for f in dataclasses.fields(p)}
@@ -34,12 +33,12 @@ def _consumed_sync(cfg, name):
                for p in parts)
 
 
-def _consumed_semiasync(cfg, name):
+def _consumed_semiasync(plan, name):
     """Whether the value of ``name`` reaches the semi-async run: the mode's own option, the
-    built buffer rule's parameter, or FedQS's parameters."""
-    from fdahpc.semiasync.mode import fedqs_params
+    built buffer rule's parameter, or FedQS's parameters (as the run hands them down)."""
     from fdahpc.semiasync.rules import build_rule
 
+    cfg = plan.cfg
     if name in mode_of("semiasync").options:
         return True
     if name == "server_lr":
@@ -48,7 +47,7 @@ def _consumed_semiasync(cfg, name):
     if name == "weighting":
         return build_rule(cfg.strategy, weighting=cfg.weighting).weighting == cfg.weighting
     if name.startswith("fedqs_"):
-        params = fedqs_params(cfg)
+        params = plan.options.fedqs
         short = {"fedqs_authors_momentum": "authors_momentum", "fedqs_sketch_similarity": "sketch",
                  "fedqs_no_momentum": "momentum"}.get(name, name[len("fedqs_"):])
         if short == "momentum":
@@ -77,7 +76,7 @@ def test_every_option_is_read_or_refused(mode, strategy):
         given = dict(REQUIRES.get(name, {}), **{name: CHANGED[name]})
         flags = {"--" + n.replace("_", "-") for n in given}
         try:
-            cfg = TrainConfig(mode=mode, strategy=strategy, **given)
+            plan = resolve(TrainConfig(mode=mode, strategy=strategy, **given))
         except ValueError as exc:
             line = str(exc)
             assert "\n" not in line and any(line.startswith(f + ":") or line.startswith(f + " ") for f in flags), \
@@ -85,9 +84,9 @@ def test_every_option_is_read_or_refused(mode, strategy):
             refused += 1
             continue
         accepted += 1
-        assert set(given) <= cfg.given
-        assert name in mode_of(mode).reads(cfg), f"{mode} {strategy}: --{name} accepted but not among what it reads"
-        assert CONSUMED[mode](cfg, name), f"{mode} {strategy}: --{name} {CHANGED[name]!r} accepted but its value reaches nothing"
+        assert set(given) <= plan.cfg.given
+        assert name in plan.mode.reads(plan.cfg, plan.options), f"{mode} {strategy}: --{name} accepted but not among what it reads"
+        assert CONSUMED[mode](plan, name), f"{mode} {strategy}: --{name} {CHANGED[name]!r} accepted but its value reaches nothing"
     assert accepted and refused
 
 
@@ -100,22 +99,24 @@ def test_every_walked_option_is_read_somewhere():
 def test_the_reported_combination_is_refused_and_a_copy_keeps_what_was_not_given():
     with pytest.raises(ValueError, match=r"^--server-momentum: --strategy fedavg does not read it \(read by --strategy "
                                          r"fedavgm, diloco\); drop --server-momentum"):
-        TrainConfig(strategy="fedavg", server_momentum=0.5)
+        resolve(TrainConfig(strategy="fedavg", server_momentum=0.5))
     with pytest.raises(ValueError, match=r"^--fedqs-a: only used with --mode semiasync \(--strategy fedqs-avg, fedqs-sgd\)"):
-        TrainConfig(strategy="fedavg", fedqs_a=0.9)
+        resolve(TrainConfig(strategy="fedavg", fedqs_a=0.9))
     with pytest.raises(ValueError, match=r"^--theta: --strategy fedavg does not read it"):
-        TrainConfig(strategy="fedavg", theta=3.0)
+        resolve(TrainConfig(strategy="fedavg", theta=3.0))
     with pytest.raises(ValueError, match=r"^--theta: --strategy fedavg does not read it"):
-        TrainConfig(strategy="fedavg", theta=0.0)  # a given 0 is given
+        resolve(TrainConfig(strategy="fedavg", theta=0.0))  # a given 0 is given
     with pytest.raises(ValueError, match=r"^--warmup-steps: only used with --mode sync"):
-        TrainConfig(mode="semiasync", warmup_steps=0)
+        resolve(TrainConfig(mode="semiasync", warmup_steps=0))
     # Filled-in defaults are not given: a copy with fewer clients gets a buffer that fits them,
     # and a copy into the other mode carries no option of the first one's defaults.
-    semi = TrainConfig(mode="semiasync")
+    semi = resolve(TrainConfig(mode="semiasync")).cfg
     assert (semi.clients, semi.buffer, "buffer" in semi.given) == (100, 10, False)
-    five = dataclasses.replace(semi, clients=5)
+    five = resolve(dataclasses.replace(semi, clients=5)).cfg
     assert (five.clients, five.buffer, five.given >= {"clients"}) == (5, 5, True)
-    sync = dataclasses.replace(TrainConfig(strategy="fedavg", tau=5), strategy="linearfda", tau=None, theta=2.0)
+    assert dataclasses.replace(semi, clients=5).buffer is None  # a copy is the user's options again
+    fedavg = resolve(TrainConfig(strategy="fedavg", tau=5)).cfg
+    sync = resolve(dataclasses.replace(fedavg, strategy="linearfda", tau=None, theta=2.0)).cfg
     assert (sync.theta, sync.tau, sync.given >= {"theta"}) == (2.0, None, True)
 
 
@@ -128,19 +129,9 @@ def test_model_averager_refuses_an_option_its_strategy_does_not_read():
 
 
 def test_toml_is_walked_like_the_command_line(tmp_path):
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
 
     f = tmp_path / "run.toml"
     f.write_text('strategy = "fedavg"\n[fedqs]\nfedqs-a = 0.9\n')
     with pytest.raises(ValueError, match=r"^--fedqs-a: only used with --mode semiasync"):
         parse_args(["--config", str(f)])
-
-
-def test_the_configuration_is_a_light_leaf():
-    """``import fdahpc.config`` imports no mode, no strategy, no model and not torch."""
-    import subprocess
-    import sys
-
-    probe = "import fdahpc.config, sys; print(sorted(m for m in sys.modules if m.startswith('fdahpc') or m in ('torch', 'numpy', 'mpi4py')))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert eval(out) == ["fdahpc", "fdahpc.config", "fdahpc.options", "fdahpc.renamed", "fdahpc.theta"], out

@@ -17,6 +17,7 @@ import torch
 
 from conftest import REPO, run_python, train_inprocess
 from fdahpc.config import TrainConfig
+from fdahpc.run import resolve
 from fdahpc.data import load_dataset, partition
 from fdahpc.models import build_own_model
 from fdahpc.semiasync.rules import SEMIASYNC_RULES
@@ -274,9 +275,9 @@ def test_own_model_on_a_text(comm, in_task, tmp_path):
 def test_built_in_datasets_keep_their_meaning():
     assert TrainConfig(dataset="synthetic:1000").dataset == "synthetic:1000"
     with pytest.raises(ValueError, match=r"dataset 'synthetic:abc': N must be a whole number"):
-        TrainConfig(dataset="synthetic:abc")
+        resolve(TrainConfig(dataset="synthetic:abc"))
     with pytest.raises(ValueError, match=r"--context: only used with --model gpt or lstm"):
-        TrainConfig(model="mytask:net", dataset="mytask:data", context=12)  # a window only on a text
+        resolve(TrainConfig(model="mytask:net", dataset="mytask:data", context=12))  # a window only on a text
 
 
 def test_toml_names_them_too(in_task, tmp_path, capsys):
@@ -293,7 +294,7 @@ def test_toml_names_them_too(in_task, tmp_path, capsys):
 
 
 def test_a_resolved_name_is_recorded_as_given():
-    cfg = TrainConfig(model="mytask:net", dataset="mytask:data", partition="dirichlet:0.5")  # nothing imported yet
+    cfg = resolve(TrainConfig(model="mytask:net", dataset="mytask:data", partition="dirichlet:0.5")).cfg  # nothing imported yet
     assert (cfg.model, cfg.dataset) == ("mytask:net", "mytask:data")
     assert json.loads(cfg.to_json())["model"] == "mytask:net"
 
@@ -423,14 +424,14 @@ WALK = '''
 import json, sys
 from fdahpc.comm import make_communicator
 from fdahpc.config import TrainConfig
-from fdahpc.run import build, run
+from fdahpc.run import build, resolve, run
 
 comm = make_communicator("mpi")
 out, cases = sys.argv[1], json.loads(sys.argv[2])
 for i, options in enumerate(cases):
     cfg = TrainConfig(model="mytask:net", dataset="mytask:data", batch_size=16, log_every=10**6,
                       out=f"{out}/run{i}.h5", **options)
-    run(build(cfg, comm))
+    run(build(resolve(cfg), comm))
 comm.close()
 '''
 PARTITIONS = ["iid", "sorted:50", "label:1", "dirichlet:0.3", "classes:2"]

@@ -12,8 +12,8 @@ import torch
 
 from fdahpc import ModelAverager, checkpoint
 from fdahpc.comm import PURPOSES, LocalCommunicator
-from fdahpc.config import parse_args
-from fdahpc.metrics import layout_of
+from fdahpc.cli import parse_args
+from fdahpc.run import layout_of
 from fdahpc.train import main
 
 NOTE = "--sync is now --trigger; --sync will be removed in a later release"
@@ -26,17 +26,17 @@ def _no_launcher_rank(monkeypatch):
 
 def test_old_flag_is_the_trigger_with_one_note(capsys, monkeypatch):
     _no_launcher_rank(monkeypatch)
-    cfg = parse_args(["--strategy", "fedavg", "--sync", "linear", "--theta", "2"])
+    cfg = parse_args(["--strategy", "fedavg", "--sync", "linear", "--theta", "2"]).cfg
     assert cfg.trigger == "linear" and "trigger" in cfg.given and not hasattr(cfg, "sync")
     assert capsys.readouterr().err.splitlines() == [f"fdahpc.train: note: {NOTE}"]
-    assert parse_args(["--strategy", "fedavg", "--trigger", "linear", "--theta", "2"]) == cfg
+    assert parse_args(["--strategy", "fedavg", "--trigger", "linear", "--theta", "2"]).cfg == cfg
     assert capsys.readouterr().err == ""  # the new spelling says nothing
 
 
 def test_old_flag_note_comes_from_rank_0_only(capsys, monkeypatch):
     _no_launcher_rank(monkeypatch)
     monkeypatch.setenv("PMI_RANK", "1")
-    assert parse_args(["--strategy", "fedavg", "--sync", "linear"]).trigger == "linear"
+    assert parse_args(["--strategy", "fedavg", "--sync", "linear"]).cfg.trigger == "linear"
     assert capsys.readouterr().err == ""
 
 
@@ -54,7 +54,7 @@ def test_old_toml_key_is_the_trigger_with_one_note(capsys, monkeypatch, tmp_path
     _no_launcher_rank(monkeypatch)
     path = tmp_path / "run.toml"
     path.write_text(text)
-    assert parse_args(["--config", str(path)]).trigger == "linear"
+    assert parse_args(["--config", str(path)]).cfg.trigger == "linear"
     assert capsys.readouterr().err.splitlines() == [
         f"fdahpc.train: note: --config {path}: 'sync' is now 'trigger'; 'sync' will be removed in a later release"]
 

@@ -13,7 +13,7 @@ from conftest import run_python
 from fdahpc import checkpoint
 from fdahpc.config import OPTION_FIELDS, RESUMABLE, TrainConfig
 from fdahpc.provenance import segments_of
-from fdahpc.run import mode_of
+from fdahpc.run import mode_of, resolve
 from fdahpc.run import MODES
 
 #: A valid value other than the default for every option (the test fails for an option
@@ -57,13 +57,13 @@ def _resume_check(mode: str, name: str):
     for strategy in (None, *mode_of(mode).strategies()):
         base_s = base if strategy is None or name == "strategy" else dict(base, strategy=strategy)
         try:
-            new = TrainConfig(**{**base_s, name: value})
+            new = resolve(TrainConfig(**{**base_s, name: value})).cfg
             break
         except ValueError:
             continue
     else:
         return None  # this mode cannot be given the option at all, so it cannot ignore it
-    old = TrainConfig(**base_s)
+    old = resolve(TrainConfig(**base_s)).cfg
     manifest = dict(checkpoint.identity(old, 2, 1000), config=json.loads(old.to_json()), position=10)
     try:
         checkpoint.check_identity(manifest, checkpoint.identity(new, 2, 1000), "ck")
@@ -100,7 +100,7 @@ def test_every_option_is_given_in_some_mode():
     assert usable == {f.name for f in OPTION_FIELDS} - NO_CHECKPOINTS
     for name in NO_CHECKPOINTS:
         with pytest.raises(ValueError, match="not with --clock ticks"):
-            TrainConfig(mode="semiasync", checkpoint_dir="ck", **{name: CHANGED[name]})
+            resolve(TrainConfig(mode="semiasync", checkpoint_dir="ck", **{name: CHANGED[name]}))
 
 
 BASE = ["--strategy", "linearfda", "--theta", "1", "--batch-size", "16", "--log-every", "1000"]

@@ -258,7 +258,7 @@ def test_a_host_keeps_every_training_tensor_on_its_device(strategy):
     anywhere before fails earlier with a device error instead. The same for FedQS's label
     test on the client's probe rows."""
     from fdahpc.comm import LocalCommunicator
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
     from fdahpc.data import load_dataset, partition
     from fdahpc.models import build_model
     from fdahpc.params import FlatParams
@@ -266,7 +266,7 @@ def test_a_host_keeps_every_training_tensor_on_its_device(strategy):
     from fdahpc.semiasync.mode import _split, fedqs_params
 
     cfg = parse_args(["--mode", "semiasync", "--strategy", strategy, "--dataset", "synthetic", "--model", "lenet5bn",
-                      "--clients", "4", "--tau", "2", "--clip-grad-norm", "20"])
+                      "--clients", "4", "--tau", "2", "--clip-grad-norm", "20"]).cfg
     data = load_dataset("synthetic")
     parts = partition(data.y_train, 4, "iid", 0)
     x, y = data.x_train[np.concatenate(parts[:2])], data.y_train[np.concatenate(parts[:2])]

@@ -201,7 +201,7 @@ def test_bad_text_inputs_exit_2(tmp_path, play_dir, flags, message):
 ])
 def test_bad_text_options_are_refused(tmp_path, flags, message):
     """Checked before any data is read (the same ValueError the command line prints as one line)."""
-    from fdahpc.config import parse_args
+    from fdahpc.cli import parse_args
 
     with pytest.raises(ValueError) as err:
         parse_args([*TEXT, *flags])

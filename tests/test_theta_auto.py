@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from fdahpc.config import TrainConfig
-from fdahpc.strategies import build_strategy
+from fdahpc.run import resolve
+from fdahpc.strategies import build_strategy, strategy_options
 from fdahpc.theta import horizon_steps, prior, recalibrate, sync_seconds
 
 D = 1000
@@ -36,7 +37,7 @@ def drive(comm, strategy, steps, **options):
     """Rank k's model moves 0.01·(k+1) along the first coordinate every step: a round of s
     steps ends with drifts u_k = 0.01·(k+1)·s·e_0, so Var = 1e-4·s²·(K²−1)/12 exactly."""
     w = torch.zeros(D)
-    strat = build_strategy(strategy, options.pop("trigger", None), options, comm, w, steps_per_epoch=10, num_samples=10)
+    strat = build_strategy(strategy_options(strategy, options.pop("trigger", None), options), comm, w, steps_per_epoch=10, num_samples=10)
     strat.reset()
     records = {}
     strat.sink = lambda name, value: records.setdefault(name, []).append(value)
@@ -89,7 +90,7 @@ def test_theta_auto_options():
                      (dict(theta="auto", theta_fabric="10,25"), "--theta-fabric 10,25: give bandwidth"),
                      (dict(theta="auto", theta_fabric="1,2,3", theta_round_epochs=1), "both set the round horizon")]:
         with pytest.raises(ValueError, match=msg):
-            TrainConfig(strategy="linearfda", **bad)
+            resolve(TrainConfig(strategy="linearfda", **bad))
 
 
 def test_model_averager_takes_theta_auto():

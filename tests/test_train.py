@@ -214,13 +214,14 @@ def test_exception_on_one_rank_aborts_the_job(tmp_path):
 
 
 def test_every_flag_is_in_one_family_and_toml_tables_work(tmp_path):
-    from fdahpc.config import FAMILIES, OPTION_FIELDS, parse_args
+    from fdahpc.cli import parse_args
+    from fdahpc.config import FAMILIES, OPTION_FIELDS
 
     grouped = [n for names in FAMILIES.values() for n in names]
     assert sorted(grouped) == sorted(f.name for f in OPTION_FIELDS)
     cfg_file = tmp_path / "run.toml"
     cfg_file.write_text('strategy = "fedadam"\nsync = "linear"\n[server]\nserver-lr = 0.02\nserver-betas = [0.8, 0.99]\n[fda]\ntheta = 3.0\n')
-    cfg = parse_args(["--config", str(cfg_file), "--server-betas", "0.5,0.9"])
+    cfg = parse_args(["--config", str(cfg_file), "--server-betas", "0.5,0.9"]).cfg
     assert (cfg.server_lr, cfg.server_betas, cfg.theta) == (0.02, (0.5, 0.9), 3.0)
     cfg_file.write_text('[fda]\nserver-lr = 0.02\n')
     with pytest.raises(ValueError, match=r"\[fda\] has no key 'server-lr'"):

@@ -12,7 +12,8 @@ import torch
 from conftest import run_python
 from fdahpc.comm import LocalCommunicator
 from fdahpc.config import TrainConfig
-from fdahpc.strategies import build_strategy
+from fdahpc.run import resolve
+from fdahpc.strategies import build_strategy, strategy_options
 
 D = 4
 
@@ -21,7 +22,7 @@ def drive(comm, strategy, steps, **options):
     """Each step rank k's model moves by k+1 in every coordinate; the steps that synchronized
     and the final model."""
     w = torch.zeros(D)
-    strat = build_strategy(strategy, options.pop("trigger", None), options, comm, w, steps_per_epoch=3, num_samples=10)
+    strat = build_strategy(strategy_options(strategy, options.pop("trigger", None), options), comm, w, steps_per_epoch=3, num_samples=10)
     strat.reset()
     synced = []
     for t in range(1, steps + 1):
@@ -67,9 +68,9 @@ def test_warmup_refusals_and_averager():
     from fdahpc import ModelAverager
 
     with pytest.raises(ValueError, match="--warmup-steps -1: must be an integer >= 0"):
-        TrainConfig(strategy="fedavg", warmup_steps=-1)
+        resolve(TrainConfig(strategy="fedavg", warmup_steps=-1))
     with pytest.raises(ValueError, match="--warmup-steps: only used with --mode sync; add --mode sync or drop --warmup-steps"):
-        TrainConfig(mode="semiasync", warmup_steps=3)
+        resolve(TrainConfig(mode="semiasync", warmup_steps=3))
     avg = ModelAverager(torch.nn.Linear(3, 1), LocalCommunicator(), "fedavg", tau=5, warmup_steps=2)
     assert [avg.step() for _ in range(7)] == [True, True, False, False, False, False, True]
 

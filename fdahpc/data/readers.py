@@ -104,7 +104,7 @@ def load_dataset(name: str, data_dir: str | None = None, *, seed: int = 0,
     if is_ref(base):
         return _load_own(name, data_dir, seed, train_indices, test_indices)
     if base in TEXT_DATASETS:
-        from .shakespeare import load_corpus
+        from .shakespeare import load_corpus  # the text readers import torch; the image readers do not
         from .text import windows_of
 
         corpus = load_corpus(data_dir)

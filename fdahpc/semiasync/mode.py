@@ -6,15 +6,31 @@ the run around them (setup, resume, run file, exit code) is :mod:`fdahpc.run`'s.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from ..run import Job, Mode, Outcome, load_data, new_model
+from .. import faults
+from ..comm import TORCH_BACKENDS, LaunchError
+from ..comm.launch import detect
+from ..config import one_of
+from ..data import partition
+from ..data.text import as_tensor
+from ..options import MeanOptions, PeriodicOptions, options_from
+from ..params import FlatParams
+from ..run import Job, Mode, Outcome, Plan, load_data, new_model
+from ..worker import BatchStream, steps_per_job
+from .client import ClientData, Host
+from .clock import VALIDATION, VirtualClock, parse_scenarios, stream_rng
+from .fedqs import SIMILARITIES, FedQSParams, label_probe
+from .rules import BUFFER_RULES, rule_options
+from .server import Server
+from .store import release_freed_models
+from .ticks import CLOCKS, TickClock
 
-__all__ = ["MODE", "SemiAsyncMode", "SemiAsyncJob", "fedqs_params", "host_of"]
+__all__ = ["MODE", "SemiAsyncMode", "SemiAsyncOptions", "SemiAsyncJob", "fedqs_params", "host_of"]
 
 #: Local training defaults of this mode: SGD at the FedQS paper's η0 = 0.1.
 DEFAULT_OPTIMIZER, DEFAULT_LR = "sgd", 0.1
@@ -27,8 +43,6 @@ AGGREGATE = ("server", "hosts")  # who adds the buffered updates (--aggregate)
 
 def fedqs_params(cfg):
     """Mod②'s hyper-parameters from the flags; validated (one wording) by FedQSParams."""
-    from .fedqs import FedQSParams
-
     return FedQSParams(eta0=cfg.lr or DEFAULT_LR, a=cfg.fedqs_a, m0=cfg.fedqs_m0, k=cfg.fedqs_k,
                        lr_min=cfg.fedqs_lr_min, lr_max=cfg.fedqs_lr_max, momentum=not cfg.fedqs_no_momentum,
                        variant=cfg.fedqs_variant, similarity=cfg.fedqs_similarity,
@@ -46,9 +60,6 @@ def train_device(cfg, comm) -> torch.device:
     server scores and aggregates on the CPU. Collective: every rank calls it."""
     if cfg.device != "cuda":
         return torch.device("cpu")
-    from ..comm import LaunchError
-    from ..comm.launch import detect
-
     launch = detect()  # the node-local rank, from MPI
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if comm.is_root:
@@ -65,11 +76,6 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
     """Per-client shares of this host's rows (in ``mine`` order), views of them; for FedQS
     also the label test's rows, up to 20 per label of the client's own training samples
     picked in a seeded order (nothing held out from training)."""
-    from ..worker import BatchStream, steps_per_job
-    from .client import ClientData
-    from .clock import VALIDATION, stream_rng
-    from .fedqs import label_probe
-
     out, offset = {}, 0
     for c in mine:
         n = len(parts[c])
@@ -79,6 +85,13 @@ def _split(cfg, mine: list[int], parts: list[np.ndarray], x: np.ndarray, y: np.n
         probe = label_probe(yt, stream_rng(cfg.seed, VALIDATION + c).permutation(n)) if fedqs else None
         out[c] = ClientData(BatchStream(xt, yt, cfg.batch_size, cfg.seed, c, drop_last=cfg.drop_last), steps, probe)
     return out
+
+
+class SemiAsyncOptions(NamedTuple):
+    """What a semi-asynchronous run's rule and clients run with, built and checked once."""
+
+    rule: object  # the rule's Options (rules.BUFFER_RULES[name].Options)
+    fedqs: FedQSParams  # Mod②'s hyper-parameters (read by the rules whose clients keep state)
 
 
 class SemiAsyncMode(Mode):
@@ -92,16 +105,12 @@ class SemiAsyncMode(Mode):
     def RULE_OPTIONS(self) -> dict[str, frozenset[str]]:
         """What each rule reads beside the mode's options: its ``Options`` and its clients'
         (:meth:`.rules.BufferRule.reads`), from the registry."""
-        from .rules import BUFFER_RULES
-
         return {name: cls.reads() for name, cls in BUFFER_RULES.items()}
 
     def strategies(self) -> tuple[str, ...]:
-        from .rules import BUFFER_RULES
-
         return tuple(BUFFER_RULES)
 
-    def resolve(self, cfg) -> dict:
+    def defaults(self, cfg) -> dict:
         clients = cfg.clients if cfg.clients is not None else DEFAULT_CLIENTS
         buffer = min(DEFAULT_BUFFER, clients) if isinstance(clients, int) and clients >= 1 else DEFAULT_BUFFER
         if cfg.clients_per_round is not None:  # cross-device FedAvg: a round waits for its sample
@@ -120,21 +129,14 @@ class SemiAsyncMode(Mode):
                     events="round/version", bytes=["round/bytes", "sum"],
                     workers=size, label=" ".join(label), convergence=True)
 
-    def reads(self, cfg) -> set[str]:
+    def reads(self, cfg, options: "SemiAsyncOptions") -> set[str]:
         return set(self.options) | self.RULE_OPTIONS.get(cfg.strategy, frozenset())
 
     def readers(self, name: str) -> list[str]:
         rules = [r for r, names in self.RULE_OPTIONS.items() if name in names]
         return super().readers(name) + ([f"--strategy {', '.join(rules)}"] if rules else [])
 
-    def check(self, cfg) -> None:
-        from ..comm import TORCH_BACKENDS
-        from ..config import one_of
-        from ..options import MeanOptions, PeriodicOptions, options_from
-        from .clock import parse_scenarios
-        from .fedqs import SIMILARITIES
-        from .rules import rule_options
-
+    def check(self, cfg) -> "SemiAsyncOptions":
         super().check(cfg)
         options_from(PeriodicOptions, cfg)  # a client's local job: --tau or --local-epochs
         options_from(MeanOptions, cfg)
@@ -153,8 +155,6 @@ class SemiAsyncMode(Mode):
                     f"{cfg.clients_per_round} a round waits for all its clients; drop --buffer")
         one_of("--aggregate", cfg.aggregate, AGGREGATE)
         if cfg.aggregate == "hosts":
-            from .rules import BUFFER_RULES
-
             require(BUFFER_RULES[cfg.strategy].weights_from_headers, f"--aggregate hosts: {cfg.strategy}'s weights read "
                     "every update's payload; use --aggregate server")
         require(cfg.model_cache_gb > 0, f"--model-cache-gb {cfg.model_cache_gb}: must be > 0, e.g. 1 "
@@ -162,8 +162,6 @@ class SemiAsyncMode(Mode):
         require(cfg.rounds >= 1, f"--rounds {cfg.rounds}: must be >= 1, e.g. --rounds 400")
         require(cfg.speed_ratio >= 1, f"--speed-ratio {cfg.speed_ratio}: must be >= 1 (1 = equal speeds), e.g. 50")
         parse_scenarios(cfg.scenario)
-        from .ticks import CLOCKS
-
         one_of("--clock", cfg.clock, CLOCKS)
         if cfg.clock == "ticks":  # what the authors' simulator cannot express (ticks.py)
             for flag, given, why in (
@@ -178,16 +176,15 @@ class SemiAsyncMode(Mode):
                     "gpt predicts every position; use --model lstm")
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
                     "SGD heavy-ball step; drop --optimizer")
-        rule_options(cfg.strategy, cfg)  # the rule's options, checked where they live
-        fedqs_params(cfg)  # FedQS's ranges are checked where they live
+        rule = rule_options(cfg.strategy, cfg)  # the rule's options, checked where they live
+        fedqs = fedqs_params(cfg)  # FedQS's ranges are checked where they live
         one_of("--fedqs-similarity", cfg.fedqs_similarity, SIMILARITIES)
         require(cfg.backend not in TORCH_BACKENDS, f"--backend {cfg.backend}: the semi-asynchronous coordinator needs "
                 "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
+        return SemiAsyncOptions(rule, fedqs)
 
-    def prepare(self, cfg, comm) -> None:
+    def prepare(self, plan: Plan, comm) -> None:
         """Every rank returns freed models to the system at once (store.py)."""
-        from .store import release_freed_models
-
         release_freed_models()
 
     def device(self, cfg) -> str:
@@ -196,15 +193,9 @@ class SemiAsyncMode(Mode):
     def stem(self, cfg) -> str:
         return f"semiasync-{cfg.strategy}"
 
-    def build(self, cfg, comm) -> "SemiAsyncJob":
+    def build(self, plan: Plan, comm) -> "SemiAsyncJob":
         """Data, model and role for this rank (no file written)."""
-        from .. import faults
-        from ..data import partition
-        from ..params import FlatParams
-        from .clock import VirtualClock, parse_scenarios
-        from .rules import build_buffer_rule
-        from ..data.text import as_tensor
-
+        cfg = plan.cfg
         if not comm.point_to_point:
             raise ValueError("--mode semiasync: the coordinator needs MPI's probe, which torch.distributed lacks; "
                              "start it under mpirun or srun --mpi=pmi2 with --backend mpi")
@@ -227,14 +218,10 @@ class SemiAsyncMode(Mode):
         device = train_device(cfg, comm)
         model = new_model(cfg, data).to(device)  # initialized on the CPU: the same model on any device
         flat = FlatParams(model, buffers=True)
-        rule = build_buffer_rule(cfg.strategy, cfg)
-        fedqs = fedqs_params(cfg) if rule.needs_client_state else None
+        rule = BUFFER_RULES[cfg.strategy].build(plan.options.rule)
+        fedqs = plan.options.fedqs if rule.needs_client_state else None
         if comm.is_root:
-            from .server import Server
-
             if cfg.clock == "ticks":
-                from .ticks import TickClock
-
                 clock = TickClock(cfg.clients, cfg.speed_ratio, cfg.seed, cfg.buffer)
             else:
                 clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
@@ -244,8 +231,6 @@ class SemiAsyncMode(Mode):
                           target_accuracy=cfg.target_accuracy, target_loss=cfg.target_loss, log_every=cfg.log_every,
                           model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts")
         else:
-            from .client import Host
-
             clients = _split(cfg, mine, parts, data.x_train, data.y_train, fedqs is not None)
             role = Host(comm, model, flat, clients, uploads=rule.uploads, optimizer=cfg.optimizer or DEFAULT_OPTIMIZER,
                         lr=cfg.lr or DEFAULT_LR, weight_decay=cfg.weight_decay, seed=cfg.seed,

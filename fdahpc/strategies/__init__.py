@@ -25,7 +25,7 @@ for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["WEIGHTINGS", "STRATEGIES", "STRATEGY_HELP", "TRIGGERS", "RULES", "ANGLE_MODES", "Preset", "PRESETS", "BuildContext",
-           "Trigger", "Rule", "trigger", "rule", "build_strategy", "local_optimizer", "uses_sketch", "trigger_of", "rule_of",
+           "Trigger", "Rule", "trigger", "rule", "build_strategy", "local_optimizer", "trigger_of", "rule_of",
            "Synchronizer", "StrategyOptions", "strategy_options", "option_names_of"]
 
 
@@ -120,16 +120,10 @@ def strategy_options(strategy: str, trigger: str | None, values) -> StrategyOpti
                            options_from(WarmupOptions, values))
 
 
-def uses_sketch(cfg) -> bool:
-    """Whether this configuration hashes AMS sketches."""
-    return strategy_options(cfg.strategy, cfg.trigger, cfg).uses_sketch
-
-
-def build_strategy(strategy: str, trigger: str | None, values, comm: Communicator, w: torch.Tensor,
-                   steps_per_epoch: int | None, num_samples: int, seed: int = 0) -> Synchronizer:
-    """The synchronizer for ``strategy`` (trigger overridden by ``trigger``), its parts built
-    from their options in ``values`` (see :func:`strategy_options`)."""
-    o = strategy_options(strategy, trigger, values)
+def build_strategy(o: StrategyOptions, comm: Communicator, w: torch.Tensor, steps_per_epoch: int | None,
+                   num_samples: int, seed: int = 0) -> Synchronizer:
+    """The synchronizer of a strategy's parts and their options (:func:`strategy_options`,
+    built and checked once per run)."""
     participation = Participation(comm.rank, comm.world_size, o.sampling.clients_per_round, seed)
     ctx = BuildContext(comm, w.numel(), steps_per_epoch, num_samples, participation, seed, o.sketch)
     return Synchronizer(comm, w, o.trigger.build(ctx, o.trigger_options), o.rule.build(ctx, o.rule_options), participation,
