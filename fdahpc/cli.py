@@ -16,11 +16,11 @@ import sys
 from .comm import env_rank
 from .config import DEFAULTS_FROM, FAMILIES, OPTION_FIELDS, TrainConfig, load_toml, removed
 from .renamed import RENAMED_OPTIONS, take_old
-from .run import Plan, default_value, resolve
+from .run import MODES, Plan, default_value, mode_of, resolve
 from .semiasync.rules import BUFFER_RULES
-from .strategies import STRATEGY_HELP
+from .strategies import RULES, STRATEGY_HELP, TRIGGERS
 
-__all__ = ["build_parser", "parse_args"]
+__all__ = ["build_parser", "parse_args", "extension_options"]
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -51,6 +51,23 @@ def _shown_default(f: dataclasses.Field):
     return ", ".join(f"{user} {default_value(s)}".strip() for user, s in spec.items())
 
 
+def extension_options() -> dict[str, tuple[dataclasses.Field, list[str]]]:
+    """The options that registered parts declare and :class:`TrainConfig` has no field for
+    (a trigger, rule, buffer rule or mode added outside fdahpc, with its own ``Options``
+    dataclass): name → (its field, who reads it). Each becomes a flag and a TOML key."""
+    fields = {f.name for f in OPTION_FIELDS}
+    owners = ([(f"--trigger {name}", cls.Options) for name, cls in TRIGGERS.items()]
+              + [(f"rule {name}", cls.Options) for name, cls in RULES.items()]
+              + [(f"--strategy {name}", cls.Options) for name, cls in BUFFER_RULES.items()]
+              + [(f"--mode {name}", getattr(mode_of(name), "Options", None)) for name in MODES])
+    out: dict[str, tuple[dataclasses.Field, list[str]]] = {}
+    for owner, cls in owners:
+        for f in dataclasses.fields(cls) if cls is not None else ():
+            if f.name not in fields:
+                out.setdefault(f.name, (f, []))[1].append(owner)
+    return out
+
+
 def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParser:
     p = _OneLineParser(
         prog=prog,
@@ -72,6 +89,17 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
                 group.add_argument(flag, type=_arg_type(f), help=helptext, metavar=f.name.upper())
     for old, new in RENAMED_OPTIONS.items():  # the old spellings, hidden; parse_args renames them
         p.add_argument("--" + old.replace("_", "-"), type=_arg_type(by_name[new]), help=argparse.SUPPRESS)
+    extensions = extension_options()
+    if extensions:
+        group = p.add_argument_group("extensions", "options of the registered parts that fdahpc does not ship")
+        for name, (f, owners) in extensions.items():
+            flag = "--" + name.replace("_", "-")
+            helptext = f"{f.metadata.get('help', 'read by ' + ', '.join(owners))} (default: {f.default})"
+            if isinstance(f.default, bool):
+                group.add_argument(flag, action="store_true", help=helptext)
+            else:
+                kind = type(f.default) if isinstance(f.default, (int, float)) else str
+                group.add_argument(flag, type=kind, help=helptext, metavar=name.upper())
     return p
 
 
@@ -90,15 +118,17 @@ def parse_args(argv: list[str] | None = None) -> Plan:
             removed(arg)
     ns = vars(build_parser().parse_args(argv))
     notes = take_old(ns)
+    extensions = frozenset(extension_options())
     merged = {}
     if "config" in ns:
         path = ns.pop("config")
-        merged = load_toml(path)
+        merged = load_toml(path, extensions)
         notes = take_old(merged, f"--config {path}", "key") + notes
     merged.update(ns)
     _say(notes)
+    extra = {name: merged.pop(name) for name in sorted(extensions & set(merged))}
     try:
-        cfg = TrainConfig(**merged)
+        cfg = TrainConfig(**merged, extra=extra or None)
     except TypeError as exc:  # a TOML value of the wrong type
         raise ValueError(f"configuration: {exc}") from None
     return resolve(cfg)

@@ -154,6 +154,10 @@ class TrainConfig:
     threads: int = _f(1, "torch/numba threads per rank (1 avoids oversubscription under MPI)", resumable=True)
     log_every: int = _f(50, "print progress every N steps (semiasync: rounds), on rank 0", resumable=True)
 
+    # The options of parts registered outside fdahpc (a trigger's, a buffer rule's or a mode's
+    # own options dataclass, whose fields are not above): name -> value. Each reads as an
+    # attribute (cfg.plateau_steps), counts as given and is stored with the others.
+    extra: dict | None = field(default=None, metadata={"internal": True})
     # What this object filled in for the options not given (below), so that a copy made with
     # dataclasses.replace knows them apart from the options given; not an option.
     _filled: dict | None = field(default=None, repr=False, compare=False, metadata={"internal": True})
@@ -168,7 +172,8 @@ class TrainConfig:
         #: The options the user gave (a flag, a TOML key, a keyword): every one must be read.
         # (by identity: a given 0, such as --theta 0, is given; a flag left off is False)
         object.__setattr__(self, "given", frozenset(f.name for f in OPTION_FIELDS
-                                                    if getattr(self, f.name) is not None and getattr(self, f.name) is not False))
+                                                    if getattr(self, f.name) is not None and getattr(self, f.name) is not False)
+                           | frozenset(self.extra or {}))
         if self.server_betas is not None:
             object.__setattr__(self, "server_betas", betas_value(self.server_betas))
         if self.theta is not None:
@@ -185,8 +190,14 @@ class TrainConfig:
         object.__setattr__(out, "_filled", defaults)
         return out
 
+    def __getattr__(self, name: str):  # only for names that are not fields: an extension's option
+        extra = self.__dict__.get("extra") or {}
+        if name in extra:
+            return extra[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def to_json(self) -> str:
-        return json.dumps({f.name: getattr(self, f.name) for f in OPTION_FIELDS}, sort_keys=True)
+        return json.dumps({**{f.name: getattr(self, f.name) for f in OPTION_FIELDS}, **(self.extra or {})}, sort_keys=True)
 
 
 
@@ -307,7 +318,9 @@ DEFAULTS_FROM: dict[str, str | dict[str, str]] = {
 }
 
 
-def load_toml(path: str) -> dict[str, Any]:
+def load_toml(path: str, extra: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The options of a ``--config`` TOML file (flat, or nested in a family's table);
+    ``extra``: the names of the options registered parts declare beside the fields."""
     try:
         with open(path, "rb") as fh:
             raw = tomllib.load(fh)
@@ -315,7 +328,7 @@ def load_toml(path: str) -> dict[str, Any]:
         raise FileNotFoundError(f"--config {path}: no such file; pass the path of a TOML run file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"--config {path}: not valid TOML ({exc})") from None
-    names = {f.name for f in OPTION_FIELDS}
+    names = {f.name for f in OPTION_FIELDS} | set(extra)
     out = {}
     for key, value in raw.items():
         if key in FAMILIES and isinstance(value, dict):  # [fda] theta = 2

@@ -68,6 +68,10 @@ class Mode:
     noun = "a strategy"
     #: Options only this mode reads (not given by default); another mode refuses them.
     options: tuple[str, ...] = ()
+    #: A mode defined outside fdahpc may declare its own options in a frozen dataclass (their
+    #: defaults and checks); each field that is not a TrainConfig field becomes a flag and a
+    #: TOML key (:func:`fdahpc.cli.extension_options`), read as ``cfg.NAME``.
+    Options: type | None = None
 
     def strategies(self) -> tuple[str, ...]:
         """The ``--strategy`` names this mode runs."""

@@ -1,6 +1,8 @@
-"""The extension points, used for real: a sync trigger that reads the loss and a buffer
-rule with its own option, each defined here (or in docs/extending.md) and registered with
-one line, nothing in the package edited.
+"""The extension points, used for real: a sync trigger that reads the loss, a buffer rule
+with its own option and a third mode with its own flag, each defined here, in
+docs/extending.md or in examples/ and registered with one line, nothing in the package
+edited. An extension's own options become flags and TOML keys (``--plateau-steps``,
+``--freshest-k``, ``--gossip-every``).
 
 - ``loss-plateau``: synchronize once the workers' mean training loss has not reached a new
   low for ``plateau_steps`` steps; driven through :class:`fdahpc.ModelAverager` on one and
@@ -8,7 +10,9 @@ one line, nothing in the package edited.
   training loop (``--trigger loss-plateau``), against a replay of the losses it recorded.
 - ``freshest`` (docs/extending.md, "Adding a buffer rule"): the mean of the least-stale
   buffered models; built through the registry, aggregating a written-down buffer against a
-  hand computation, then a semi-async run on two MPI ranks.
+  hand computation, then a semi-async run on two MPI ranks with ``--freshest-k 2``.
+- ``gossip`` (examples/gossip_mode.py): a mode in which each rank averages with its right
+  neighbour every ``--gossip-every`` steps; on two ranks it ends on FedAvg's model.
 """
 
 import json
@@ -137,6 +141,24 @@ def test_a_loss_trigger_registered_in_one_line_runs_in_model_averager(plateau):
     # The periodic trigger ignores the loss it is given.
     periodic = ModelAverager(torch.nn.Linear(2, 1), LocalCommunicator(), "fedavg", tau=2)
     assert [periodic.step(loss=float(s)) for s in range(4)] == [False, True, False, True]
+
+
+def test_an_extension_option_is_a_flag_and_a_toml_key(plateau, tmp_path):
+    """The trigger's own option becomes ``--plateau-steps`` and a TOML key with no field in
+    TrainConfig; it is checked by its class, recorded with the run's options, and refused,
+    naming its reader, in a run that does not read it."""
+    from fdahpc.cli import parse_args
+
+    plan = parse_args(["--strategy", "fedavg", "--trigger", "loss-plateau", "--plateau-steps", "3"])
+    assert plan.options.trigger_options.plateau_steps == 3 and "plateau_steps" in plan.cfg.given
+    assert json.loads(plan.cfg.to_json())["plateau_steps"] == 3
+    toml = tmp_path / "p.toml"
+    toml.write_text('strategy = "fedavg"\ntrigger = "loss-plateau"\nplateau-steps = 4\n')
+    assert parse_args(["--config", str(toml)]).options.trigger_options.plateau_steps == 4
+    with pytest.raises(ValueError, match=r"^--plateau-steps 0: must be an integer >= 1"):
+        parse_args(["--strategy", "fedavg", "--trigger", "loss-plateau", "--plateau-steps", "0"])
+    with pytest.raises(ValueError, match=r"^--plateau-steps: --strategy fedavg does not read it \(read by --trigger loss-plateau\)"):
+        parse_args(["--strategy", "fedavg", "--plateau-steps", "3"])
 
 
 def _replay(losses, patience):
@@ -269,16 +291,62 @@ def test_the_docs_buffer_rule_runs_a_semiasync_job(tmp_path):
     out = tmp_path / "f.h5"
     proc = run_python([str(script), "--mode", "semiasync", "--strategy", "freshest", "--dataset", "mnist5k",
                        "--model", "lenet5", "--batch-size", "16", "--clients", "6", "--buffer", "3", "--rounds", "5",
-                       "--tau", "2", "--speed-ratio", "10", "--log-every", "1000", "--out", str(out)],
-                      ranks=2, timeout=180)
+                       "--tau", "2", "--speed-ratio", "10", "--log-every", "1000", "--freshest-k", "2",
+                       "--out", str(out)], ranks=2, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with h5py.File(out) as f:
         assert f.attrs["rounds_done"] == 5 and np.isfinite(f["final/model"][:]).all()
+        assert json.loads(f.attrs["config"])["freshest_k"] == 2  # its own flag, recorded with the others
         weights = f["round/weights"][:]
         staleness = f["round/update_staleness"][:]
-    # Each round's weights: 1/m on the m least-stale uploads (k = 1 plus ties), 0 elsewhere.
+    # Each round's weights: 1/m on the m least-stale uploads (k = 2 plus ties), 0 elsewhere.
     assert weights.shape == staleness.shape == (5, 3) and (staleness >= 0).all()
     for p, tau in zip(weights, staleness):
-        fresh = tau == tau.min()
+        fresh = tau <= np.sort(tau)[1]
         np.testing.assert_allclose(p, fresh / fresh.sum(), rtol=0, atol=1e-15)
     assert (staleness.min(axis=1) < staleness.max(axis=1)).any()  # some round left a staler upload out
+
+
+# ------------------------------------------------------------- a third mode
+
+RUN_MODE = """
+import sys
+sys.path.insert(0, {examples!r})
+import fdahpc.run
+fdahpc.run.MODES["gossip"] = "gossip_mode"  # the one registry line
+from fdahpc.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+COMMON_FLAGS = ["--dataset", "mnist5k", "--model", "lenet5", "--batch-size", "16", "--optimizer", "sgd", "--lr", "0.05",
+                "--max-steps", "20", "--log-every", "1000"]
+
+
+@pytest.mark.slow
+def test_a_third_mode_from_its_own_file_matches_fedavg_on_two_ranks(tmp_path):
+    """``examples/gossip_mode.py`` (its own file) and one registry line make ``--mode gossip``,
+    with its own flag ``--gossip-every``, run by the skeleton like the built-in modes. With
+    two ranks averaging with the right neighbour is averaging with the other rank: the run
+    ends on FedAvg's model with ``--tau`` equal to ``--gossip-every``."""
+    import h5py
+    from conftest import REPO, run_python
+
+    script = tmp_path / "gossip.py"
+    script.write_text(RUN_MODE.format(examples=os.path.join(REPO, "examples")))
+    gossip, fedavg = tmp_path / "g.h5", tmp_path / "a.h5"
+    proc = run_python([str(script), "--mode", "gossip", "--gossip-every", "5", *COMMON_FLAGS, "--out", str(gossip)],
+                      ranks=2, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_python(["-m", "fdahpc.train", "--strategy", "fedavg", "--tau", "5", *COMMON_FLAGS,
+                       "--out", str(fedavg)], ranks=2, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with h5py.File(gossip) as g, h5py.File(fedavg) as a:
+        assert (g.attrs["mode"], g.attrs["status"], g.attrs["gossips"]) == ("gossip", "finished", 4)
+        assert json.loads(g.attrs["config"])["gossip_every"] == 5
+        assert g["gossip/step"][:].tolist() == a["sync/step"][:].tolist() == [5, 10, 15, 20]
+        np.testing.assert_allclose(g["final/model"][:], a["final/model"][:], rtol=0, atol=1e-6)
+    # The mode's own flag is refused elsewhere, naming who reads it.
+    proc = run_python([str(script), "--strategy", "fedavg", "--gossip-every", "5", "--out", str(tmp_path / "x.h5")],
+                      ranks=1, timeout=120)
+    assert proc.returncode == 2 and "--gossip-every: only used with --mode gossip" in proc.stderr
+    assert not (tmp_path / "x.h5").exists()
