@@ -133,7 +133,7 @@ def test_a_checkpoint_written_before_the_rename_resumes_bit_for_bit(tmp_path, ca
     assert main([*base, "--max-steps", "10", "--checkpoint-dir", ck, "--out", out]) == 0
     _as_written_before(checkpoint.latest(ck))
     capsys.readouterr()
-    other = ["--trigger" if a == "--trigger" else a for a in base]
+    other = list(base)
     other[other.index("--trigger") + 1] = "sketch"
     assert main([*other, "--max-steps", "20", "--checkpoint-dir", ck, "--resume", "auto"]) == 2
     assert "--trigger 'linear' (this run: 'sketch')" in capsys.readouterr().err
