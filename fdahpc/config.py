@@ -19,7 +19,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .options import TextModelOptions, betas_value, theta_value
+from .options import HELP, TextModelOptions, betas_value, theta_value
 from .renamed import RENAMED_OPTIONS
 
 __all__ = ["TrainConfig", "RESUMABLE", "COMMON", "OPTION_FIELDS", "FAMILIES", "DEFAULTS_FROM", "load_toml", "text_options"]
@@ -68,42 +68,30 @@ class TrainConfig:
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
     # FDA and schedules.
-    theta: float | str | None = _f(None, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it); auto: "
-                            "Θ_0 = 4e-5·d, re-calibrated after every sync to H/H_r·Var_r (the round's exact variance scaled to a "
-                            "round of H steps); auto-once: Θ = the exact variance of a first round --theta-auto-epochs long",
-                            parse="theta")
-    theta_auto_epochs: float | None = _f(None, "--theta auto-once: length of the first (calibration) round, in epochs (default 1)")
-    theta_round_epochs: float | None = _f(None, "--theta auto: the round length H Θ aims at, in epochs "
-                                          "(FDA-Opt's E_max/2; default 1, or from --theta-fabric)")
-    theta_fabric: str | None = _f(None, "--theta auto: GBPS,LATENCY_US,STEP_MS (bandwidth per rank, "
-                                  "per-message latency, one step's compute): H = the shortest round whose model AllReduce "
-                                  "costs <= 10 %% of its compute, e.g. 10,25,20")
-    fda_lag: int | None = _f(None, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step late (overlaps the AllReduce)")
-    fda_every: int | None = _f(None, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of "
-                        "the monitoring traffic; the estimate stays a bound at the checked steps)")
-    tau: int | None = _f(None, "a local job in steps: what a worker trains between two averages (sync, periodic trigger) or a "
-                         "client between receiving a model and sending its update (semiasync); not given: --local-epochs")
-    local_epochs: float | None = _f(None, "a local job in epochs when --tau is not given: of the mean partition (sync, periodic "
-                                  "trigger) or of the client's own data (semiasync)")
-    warmup_steps: int | None = _f(None, "sync, every strategy: the first N steps all average the models "
-                           "(post-local SGD's warm-up); then the trigger decides, its rounds counted from step N")
-    sketch_rows: int | None = _f(None, "sync: AMS sketch rows l (SketchFDA, sketched FedAdp angles)")
-    sketch_cols: int | None = _f(None, "sync: AMS sketch columns m (SketchFDA, sketched FedAdp angles)")
-    sketch_eps: float | None = _f(None, "sync, SketchFDA: ε of the estimate (default 1/sqrt(sketch_cols))")
-    log_variance: bool = _f(False, "sync, FDA triggers: also compute the exact model variance every step (costs a full AllReduce)", resumable=True)
-    fda_log_every: int | None = _f(None, "sync, FDA triggers: store the estimate H every N steps", resumable=True)
+    theta: float | str | None = _f(None, HELP["theta"], parse="theta")
+    theta_auto_epochs: float | None = _f(None, HELP["theta_auto_epochs"])
+    theta_round_epochs: float | None = _f(None, HELP["theta_round_epochs"])
+    theta_fabric: str | None = _f(None, HELP["theta_fabric"])
+    fda_lag: int | None = _f(None, HELP["fda_lag"])
+    fda_every: int | None = _f(None, HELP["fda_every"])
+    tau: int | None = _f(None, HELP["tau"])
+    local_epochs: float | None = _f(None, HELP["local_epochs"])
+    warmup_steps: int | None = _f(None, HELP["warmup_steps"])
+    sketch_rows: int | None = _f(None, HELP["sketch_rows"])
+    sketch_cols: int | None = _f(None, HELP["sketch_cols"])
+    sketch_eps: float | None = _f(None, HELP["sketch_eps"])
+    log_variance: bool = _f(False, HELP["log_variance"], resumable=True)
+    fda_log_every: int | None = _f(None, HELP["fda_log_every"], resumable=True)
     # Server optimizers, client sampling, FedAdp.
     server_lr: float | None = _f(None, "server learning rate η_s of fedavgm, fedadam, diloco (its outer lr; sync) and fedbuff, mstep, wkafl (semiasync); by default each rule's own")
-    server_momentum: float | None = _f(None, "sync, fedavgm and diloco (its outer Nesterov momentum): server momentum β")
-    server_betas: tuple[float, float] | None = _f(None, "sync, fedadam: server β1,β2 (on the command line 0.9,0.999)")
-    server_tau: float | None = _f(None, "sync, fedadam: adaptivity floor τ (not --tau, a local job's steps)")
-    server_bias_correction: bool = _f(False, "sync, fedadam: Adam's bias correction of m and v (as Keras' Adam; off in Reddi et al.)")
-    weighting: str | None = _f(None, "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's FedAvg); "
-                        "semiasync: fedavg and fedsgd only")
-    clients_per_round: int | None = _f(None, "sync: sample this many of the workers (ranks) per round; semiasync: sample this many of the --clients per "
-                                    "round and wait for all of them (cross-device FedAvg as McMahan et al. run it); all when omitted")
-    fedadp_alpha: float | None = _f(None, "sync, fedadp: Gompertz α")
-    fedadp_angles: str | None = _f(None, "sync, fedadp: angles exact (2 full AllReduces a round) or sketch (1)")
+    server_momentum: float | None = _f(None, HELP["server_momentum"])
+    server_betas: tuple[float, float] | None = _f(None, HELP["server_betas"])
+    server_tau: float | None = _f(None, HELP["server_tau"])
+    server_bias_correction: bool = _f(False, HELP["server_bias_correction"])
+    weighting: str | None = _f(None, HELP["weighting"])
+    clients_per_round: int | None = _f(None, HELP["clients_per_round"])
+    fedadp_alpha: float | None = _f(None, HELP["fedadp_alpha"])
+    fedadp_angles: str | None = _f(None, HELP["fedadp_angles"])
     # Semi-asynchronous mode (FedQS paper defaults).
     clients: int | None = _f(None, "semiasync: number of virtual clients N, spread over ranks 1..R-1 (default 100)")
     buffer: int | None = _f(None, "semiasync: aggregate when this many updates are buffered (the paper's K; default min(10, --clients); --buffer N = synchronous FL)")

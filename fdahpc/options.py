@@ -1,8 +1,10 @@
 """The options of the synchronous mode's triggers and rules: one frozen dataclass per part,
 with its defaults and its checks, at the bottom of the import graph.
 
-A field is named like its command-line flag (``theta`` ↔ ``--theta``). The command line and
-TOML files (:class:`fdahpc.config.TrainConfig`, whose defaults are read from here) and
+A field is named like its command-line flag (``theta`` ↔ ``--theta``) and holds the option's
+default, its check (``__post_init__``) and its ``--help`` line (:data:`HELP`), each declared
+here once. The command line and TOML files (:class:`fdahpc.config.TrainConfig`, whose
+defaults and help lines are read from here) and
 ``ModelAverager(model, comm, "linearfda", theta=...)`` all build these classes with
 :func:`options_from`; a trigger or rule sees only its own.
 
@@ -14,14 +16,20 @@ calibration length ``theta_auto_epochs``); see :class:`ThresholdOptions`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from .theta import fabric_value
 
 __all__ = ["NoOptions", "ThresholdOptions", "FDAOptions", "SketchFDAOptions", "PeriodicOptions", "MeanOptions",
            "FedAvgMOptions", "DiLoCoOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "WarmupOptions", "SketchShape", "options_from",
-           "theta_value", "THETA_AUTO", "betas_value", "option_names", "TextModelOptions"]
+           "theta_value", "THETA_AUTO", "betas_value", "option_names", "TextModelOptions", "HELP"]
+
+
+def _o(default, help: str):
+    """An option's field: its default and its ``--help`` line, declared here once
+    (:class:`fdahpc.config.TrainConfig` shows the line, :func:`help_of`)."""
+    return field(default=default, metadata={"help": help})
 
 
 def _require(ok: bool, msg: str) -> None:
@@ -62,10 +70,19 @@ class ThresholdOptions:
     ``theta_round_epochs``, or from ``theta_fabric``; :mod:`fdahpc.theta`); or ``auto-once``: Θ
     becomes the exact model variance at the end of a first round ``theta_auto_epochs`` long."""
 
-    theta: float | str = 1.0
-    theta_auto_epochs: float | None = None  # auto-once; None: 1 epoch
-    theta_round_epochs: float | None = None  # auto; None: 1 epoch, or the fabric's horizon
-    theta_fabric: tuple[float, float, float] | str | None = None  # auto: Gb/s, latency µs, step compute ms
+    theta: float | str = _o(1.0, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it);"
+                                 " auto: Θ_0 = 4e-5·d, re-calibrated after every sync to H/H_r·Var_r (the round's "
+                                 "exact variance scaled to a round of H steps); auto-once: Θ = the exact variance of "
+                                 "a first round --theta-auto-epochs long")
+    theta_auto_epochs: float | None = _o(None, "--theta auto-once: length of the first (calibration) round, in epochs"
+                                               " (default 1)")
+    theta_round_epochs: float | None = _o(None, "--theta auto: the round length H Θ aims at, in epochs (FDA-Opt's "
+                                                "E_max/2; default 1, or from --theta-fabric)")
+    theta_fabric: tuple[float, float, float] | str | None = _o(None, "--theta auto: GBPS,LATENCY_US,STEP_MS "
+                                                                     "(bandwidth per rank, per-message latency, one "
+                                                                     "step's compute): H = the shortest round whose "
+                                                                     "model AllReduce costs <= 10 %% of its compute, "
+                                                                     "e.g. 10,25,20")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "theta", theta_value(self.theta))
@@ -99,10 +116,13 @@ class ThresholdOptions:
 class FDAOptions(ThresholdOptions):
     """LinearFDA's (and SketchFDA's) options beside Θ."""
 
-    fda_lag: int = 0
-    fda_every: int = 1
-    fda_log_every: int = 1
-    log_variance: bool = False
+    fda_lag: int = _o(0, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step "
+                         "late (overlaps the AllReduce)")
+    fda_every: int = _o(1, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of the monitoring"
+                           " traffic; the estimate stays a bound at the checked steps)")
+    fda_log_every: int = _o(1, 'sync, FDA triggers: store the estimate H every N steps')
+    log_variance: bool = _o(False, "sync, FDA triggers: also compute the exact model variance every step (costs a "
+                                   "full AllReduce)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -120,7 +140,7 @@ class FDAOptions(ThresholdOptions):
 class SketchFDAOptions(FDAOptions):
     """SketchFDA: ε of its estimate (None: 1/sqrt(sketch columns))."""
 
-    sketch_eps: float | None = None
+    sketch_eps: float | None = _o(None, 'sync, SketchFDA: ε of the estimate (default 1/sqrt(sketch_cols))')
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -138,8 +158,8 @@ class SketchShape:
     """The run's one AMS sketch (shared by SketchFDA and sketched FedAdp angles); None: the
     sketch's own default (:class:`fdahpc.sketch.AmsSketch`: ``SKETCH_ROWS`` x ``SKETCH_COLS``)."""
 
-    sketch_rows: int | None = None
-    sketch_cols: int | None = None
+    sketch_rows: int | None = _o(None, 'sync: AMS sketch rows l (SketchFDA, sketched FedAdp angles)')
+    sketch_cols: int | None = _o(None, 'sync: AMS sketch columns m (SketchFDA, sketched FedAdp angles)')
 
     # Its ranges are the sketch's own to check (:class:`fdahpc.sketch.AmsSketch`).
 
@@ -148,8 +168,11 @@ class SketchShape:
 class PeriodicOptions:
     """A fixed round: ``tau`` local steps, or ``local_epochs`` worth of them."""
 
-    tau: int | None = None
-    local_epochs: float = 1.0
+    tau: int | None = _o(None, "a local job in steps: what a worker trains between two averages (sync, periodic "
+                               "trigger) or a client between receiving a model and sending its update (semiasync); "
+                               "not given: --local-epochs")
+    local_epochs: float = _o(1.0, "a local job in epochs when --tau is not given: of the mean partition (sync, "
+                                  "periodic trigger) or of the client's own data (semiasync)")
 
     def __post_init__(self) -> None:
         _require(self.tau is None or (isinstance(self.tau, int) and self.tau >= 1),
@@ -174,7 +197,8 @@ WEIGHTINGS = ("uniform", "samples")
 class MeanOptions:
     """The (participants') mean: uniform, or weighted by sample counts n_i/n."""
 
-    weighting: str = "uniform"
+    weighting: str = _o("uniform", "how the mean weighs the workers' models: uniform, or samples (n_i/n, McMahan's "
+                                   "FedAvg); semiasync: fedavg and fedsgd only")
 
     def __post_init__(self) -> None:
         _require(self.weighting in WEIGHTINGS,
@@ -186,7 +210,7 @@ class FedAvgMOptions(MeanOptions):
     """Server momentum; ``server_lr`` None: the optimizer's own (:class:`fdahpc.aggregate.FedAvgM`)."""
 
     server_lr: float | None = None
-    server_momentum: float = 0.9
+    server_momentum: float = _o(0.9, 'sync, fedavgm and diloco (its outer Nesterov momentum): server momentum β')
 
     # Its ranges are the server optimizer's own to check (:class:`fdahpc.aggregate.FedAvgM`).
 
@@ -206,9 +230,10 @@ class FedAdamOptions(MeanOptions):
     """Server Adam; ``server_lr`` None: the optimizer's own (:class:`fdahpc.aggregate.FedAdam`)."""
 
     server_lr: float | None = None
-    server_betas: tuple[float, float] = (0.9, 0.999)
-    server_tau: float = 1e-7
-    server_bias_correction: bool = False
+    server_betas: tuple[float, float] = _o((0.9, 0.999), 'sync, fedadam: server β1,β2 (on the command line 0.9,0.999)')
+    server_tau: float = _o(1e-7, "sync, fedadam: adaptivity floor τ (not --tau, a local job's steps)")
+    server_bias_correction: bool = _o(False, "sync, fedadam: Adam's bias correction of m and v (as Keras' Adam; off "
+                                             "in Reddi et al.)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -235,8 +260,8 @@ ANGLE_MODES = ("exact", "sketch")
 class FedAdpOptions:
     """FedAdp: the Gompertz α and how the angles are had (exact or from sketches)."""
 
-    fedadp_alpha: float = 5.0
-    fedadp_angles: str = "exact"
+    fedadp_alpha: float = _o(5.0, 'sync, fedadp: Gompertz α')
+    fedadp_angles: str = _o("exact", 'sync, fedadp: angles exact (2 full AllReduces a round) or sketch (1)')
 
     def __post_init__(self) -> None:  # α's range is FedAdpWeights' own to check
         _require(self.fedadp_angles in ANGLE_MODES,
@@ -247,7 +272,9 @@ class FedAdpOptions:
 class SamplingOptions:
     """Client sampling: this many of the K workers train each round (None: all)."""
 
-    clients_per_round: int | None = None
+    clients_per_round: int | None = _o(None, "sync: sample this many of the workers (ranks) per round; semiasync: "
+                                             "sample this many of the --clients per round and wait for all of them "
+                                             "(cross-device FedAvg as McMahan et al. run it); all when omitted")
 
     def __post_init__(self) -> None:
         _require(self.clients_per_round is None or (isinstance(self.clients_per_round, int) and self.clients_per_round >= 1),
@@ -262,7 +289,8 @@ class WarmupOptions:
     from the warm-up's end (a periodic round of τ ends at steps W+τ, W+2τ, ...; an FDA
     trigger's drift starts at the warm-up's last average)."""
 
-    warmup_steps: int = 0
+    warmup_steps: int = _o(0, "sync, every strategy: the first N steps all average the models (post-local SGD's "
+                              "warm-up); then the trigger decides, its rounds counted from step N")
 
     def __post_init__(self) -> None:
         _require(isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool) and self.warmup_steps >= 0,
@@ -307,3 +335,18 @@ class TextModelOptions:
         if self.gpt_width % self.gpt_heads:
             raise ValueError(f"--gpt-width {self.gpt_width}: must be a multiple of --gpt-heads {self.gpt_heads}, "
                              f"e.g. --gpt-width {self.gpt_heads * max(1, round(self.gpt_width / self.gpt_heads))}")
+
+
+def _help_lines() -> dict[str, str]:
+    """Each option's ``--help`` line, from the field of the options class that declares it."""
+    out: dict[str, str] = {}
+    for cls in (ThresholdOptions, FDAOptions, SketchFDAOptions, SketchShape, PeriodicOptions, MeanOptions, FedAvgMOptions,
+                FedAdamOptions, FedAdpOptions, SamplingOptions, WarmupOptions):
+        for f in fields(cls):
+            if "help" in f.metadata:
+                out.setdefault(f.name, f.metadata["help"])
+    return out
+
+
+#: The options' ``--help`` lines, by name (what :class:`fdahpc.config.TrainConfig` shows).
+HELP: dict[str, str] = _help_lines()
