@@ -44,8 +44,8 @@ class GossipOptions:
 class GossipMode(Mode):
     name = "gossip"
     noun = "a gossip rule"
-    Options = GossipOptions
-    options = ("gossip_every", "max_steps")
+    Options = GossipOptions  # its fields (gossip_every) are flags only this mode reads
+    options = ("max_steps",)  # a built-in option it reads that the semi-async mode does not
 
     def strategies(self):
         return ("neighbour",)

@@ -59,7 +59,7 @@ def extension_options() -> dict[str, tuple[dataclasses.Field, list[str]]]:
     owners = ([(f"--trigger {name}", cls.Options) for name, cls in TRIGGERS.items()]
               + [(f"rule {name}", cls.Options) for name, cls in RULES.items()]
               + [(f"--strategy {name}", cls.Options) for name, cls in BUFFER_RULES.items()]
-              + [(f"--mode {name}", getattr(mode_of(name), "Options", None)) for name in MODES])
+              + [(f"--mode {name}", mode_of(name).Options) for name in MODES])
     out: dict[str, tuple[dataclasses.Field, list[str]]] = {}
     for owner, cls in owners:
         for f in dataclasses.fields(cls) if cls is not None else ():

@@ -41,6 +41,7 @@ from .control import Diverged, stopped
 from .data import TEXT_DATASETS, check_dataset, load_dataset, parse_partition
 from .metrics import open_run_file
 from .models import MODELS, TEXT_MODELS, build_model, build_own_model, build_text_model
+from .options import option_names
 from .renamed import current_options
 from .user import REF_FORM, is_ref
 from .worker import OPTIMIZERS, check_clip
@@ -70,7 +71,8 @@ class Mode:
     options: tuple[str, ...] = ()
     #: A mode defined outside fdahpc may declare its own options in a frozen dataclass (their
     #: defaults and checks); each field that is not a TrainConfig field becomes a flag and a
-    #: TOML key (:func:`fdahpc.cli.extension_options`), read as ``cfg.NAME``.
+    #: TOML key (:func:`fdahpc.cli.extension_options`), read as ``cfg.NAME``, and counts
+    #: among the options only this mode reads.
     Options: type | None = None
 
     def strategies(self) -> tuple[str, ...]:
@@ -85,11 +87,15 @@ class Mode:
         """The options this run reads beside the ones every run reads
         (:data:`fdahpc.config.COMMON`): the mode's own, its strategy's (``options``: what
         :meth:`check` built)."""
-        return set(self.options)
+        return self._own()
 
     def readers(self, name: str) -> list[str]:
         """What in this mode reads option ``name`` (empty: nothing), e.g. ``--strategy fedavgm``."""
-        return [f"--mode {self.name}"] if name in self.options else []
+        return [f"--mode {self.name}"] if name in self._own() else []
+
+    def _own(self) -> set[str]:
+        """The options only this mode reads: :attr:`options` and the fields of :attr:`Options`."""
+        return set(self.options) | (set(option_names(self.Options)) if self.Options is not None else set())
 
     def who(self, cfg) -> str:
         """The run's choice that decides what it reads, e.g. ``--strategy fedavg``."""
