@@ -188,8 +188,6 @@ class TrainConfig:
         return json.dumps({**{f.name: getattr(self, f.name) for f in OPTION_FIELDS}, **(self.extra or {})}, sort_keys=True)
 
 
-
-
 #: The options (every field but the bookkeeping of :meth:`TrainConfig.__post_init__`).
 OPTION_FIELDS = tuple(f for f in fields(TrainConfig) if not f.metadata.get("internal"))
 

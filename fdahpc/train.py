@@ -1,4 +1,4 @@
-"""``python -m fdahpc.train``: the command line; the run itself is :mod:`fdahpc.run`'s.
+"""``python -m fdahpc.train``: the entry point; the flags are :mod:`fdahpc.cli`'s, the run :mod:`fdahpc.run`'s.
 
     mpirun -n 4 python -m fdahpc.train                  # SketchFDA, LeNet-5, MNIST-5k
     mpirun -n 4 python -m fdahpc.train --strategy fedavg --local-epochs 1
