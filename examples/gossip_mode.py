@@ -18,7 +18,6 @@ neighbour's: a real gossip step would send to one peer only.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
@@ -119,7 +118,6 @@ class GossipJob(Job):
 
     def loop(self, session) -> Outcome:
         run, cfg = session.run_file, self.cfg
-        accuracy = loss = math.nan
         gossips = 0
         self.model.train()
         while self.step < cfg.max_steps:

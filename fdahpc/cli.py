@@ -68,7 +68,8 @@ def extension_options() -> dict[str, tuple[dataclasses.Field, list[str]]]:
     return out
 
 
-def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m fdahpc.train", extensions: dict | None = None) -> argparse.ArgumentParser:
+    """The flags; ``extensions``: :func:`extension_options` when the caller has it already."""
     p = _OneLineParser(
         prog=prog,
         description="Train one model replica per MPI rank with a communication-efficient strategy.",
@@ -89,7 +90,7 @@ def build_parser(prog: str = "python -m fdahpc.train") -> argparse.ArgumentParse
                 group.add_argument(flag, type=_arg_type(f), help=helptext, metavar=f.name.upper())
     for old, new in RENAMED_OPTIONS.items():  # the old spellings, hidden; parse_args renames them
         p.add_argument("--" + old.replace("_", "-"), type=_arg_type(by_name[new]), help=argparse.SUPPRESS)
-    extensions = extension_options()
+    extensions = extension_options() if extensions is None else extensions
     if extensions:
         group = p.add_argument_group("extensions", "options of the registered parts that fdahpc does not ship")
         for name, (f, owners) in extensions.items():
@@ -116,17 +117,17 @@ def parse_args(argv: list[str] | None = None) -> Plan:
     for arg in sys.argv[1:] if argv is None else argv:
         if arg.startswith("--"):
             removed(arg)
-    ns = vars(build_parser().parse_args(argv))
+    extensions = extension_options()  # imports every registered mode: once per parse
+    ns = vars(build_parser(extensions=extensions).parse_args(argv))
     notes = take_old(ns)
-    extensions = frozenset(extension_options())
     merged = {}
     if "config" in ns:
         path = ns.pop("config")
-        merged = load_toml(path, extensions)
+        merged = load_toml(path, frozenset(extensions))
         notes = take_old(merged, f"--config {path}", "key") + notes
     merged.update(ns)
     _say(notes)
-    extra = {name: merged.pop(name) for name in sorted(extensions & set(merged))}
+    extra = {name: merged.pop(name) for name in sorted(extensions.keys() & set(merged))}
     try:
         cfg = TrainConfig(**merged, extra=extra or None)
     except TypeError as exc:  # a TOML value of the wrong type
