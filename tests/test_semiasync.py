@@ -140,8 +140,6 @@ def test_dropout_emptying_hosts_and_the_last_round_end_every_rank(tmp_path):
     (["--clock", "ticks", "--scenario", "shift@5:10"], "--scenario: not with --clock ticks"),
     (["--clock", "ticks", "--clients-per-round", "3"], "--clients-per-round: not with --clock ticks"),
     (["--clock", "ticks", "--aggregate", "hosts"], "--aggregate hosts: not with --clock ticks"),
-    (["--clock", "ticks", "--checkpoint-dir", "ck"], "--checkpoint-dir: not with --clock ticks"),
-    (["--clock", "ticks", "--resume", "ck/step-00000010"], "--resume: not with --clock ticks"),
 ])
 def test_bad_semiasync_flags_one_line_exit_2(capsys, flags, message):
     from fdahpc.train import main  # the flags are refused before any rank would start

@@ -167,9 +167,7 @@ class SemiAsyncMode(Mode):
             for flag, given, why in (
                     ("--scenario", cfg.scenario, "it has no churn or speed changes"),
                     ("--clients-per-round", cfg.clients_per_round, "every client is always training"),
-                    ("--aggregate hosts", cfg.aggregate == "hosts", "a carried entry reads a result the server keeps"),
-                    ("--checkpoint-dir", cfg.checkpoint_dir, "its state is not saved yet"),
-                    ("--resume", cfg.resume, "its state is not saved yet")):
+                    ("--aggregate hosts", cfg.aggregate == "hosts", "a carried entry reads a result the server keeps")):
                 require(not given, f"{flag}: not with --clock ticks ({why}); drop it or use --clock events")
         if cfg.strategy.startswith("fedqs"):
             require(cfg.model != "gpt", f"--strategy {cfg.strategy}: FedQS's label test needs one label per sample, the "

@@ -30,7 +30,12 @@ With ``--clock ticks`` (:mod:`.ticks`, the FedQS authors' simulator) the clock s
 by tick instead: each client starting a job gets the current model once its previous
 result is in; an aggregation first receives every started job's result, keeps each
 client's latest (the stash is never popped: a carried entry or a repeat reads it again),
-refreshes the angles from them and reads the K entries the clock names.
+refreshes the angles from them and reads the K entries the clock names. At a checkpoint
+every started job's result is therefore in and no host holds a job: the clock's schedule
+(:meth:`.ticks.TickClock.state_dict`) and the stash (each client's latest result and flag,
+which carried entries and repeats read later) are the tick path's whole state, and the
+next model goes out at the next tick, so the last round's bytes are the same with or
+without ``--checkpoint-dir``.
 
 Run file rows per round (beside :mod:`fdahpc.metrics`' list): ``round/update_staleness``,
 ``round/n_samples``, ``round/feedback`` and ``round/G`` give, per aggregated update in the
@@ -230,6 +235,9 @@ class Server:
     # Checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything the server needs to continue bit for bit (taken after :meth:`_quiesce`)."""
+        if self.outstanding.any():  # the tick clock settles every job before it aggregates
+            raise RuntimeError(f"server: state_dict with results outstanding (clients "
+                               f"{np.flatnonzero(self.outstanding)[:5].tolist()})")
         clients = list(self.stash)
         return {
             "state": self.flat.state.clone(), "version": self.version, "counts": self.counts.copy(),

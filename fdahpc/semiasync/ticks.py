@@ -36,8 +36,13 @@ aggregation reads, is a function of the speed table and K alone, so a run on thi
 as independent of the number of ranks as on the event clock.
 
 Not expressible here (refused with one line by the mode): ``--scenario`` (the simulator has
-no churn or speed changes), ``--clients-per-round``, ``--aggregate hosts`` (a carried
-entry reads a result the server must hold) and checkpoints.
+no churn or speed changes), ``--clients-per-round`` and ``--aggregate hosts`` (a carried
+entry reads a result the server must hold).
+
+Checkpoints: :meth:`TickClock.state_dict` is the whole schedule between two ticks (counters,
+jobs and their start versions, the queue with its stamps, what was read), so a run resumed
+at an aggregation continues the same ticks; the results an entry will read are the
+server's stash, saved with the server (:mod:`.server`).
 """
 
 from __future__ import annotations
@@ -133,6 +138,26 @@ class TickClock:
     def on_round(self, rnd: int) -> list[int]:
         """No scenario fires on this clock (the server's hook)."""
         return []
+
+    def state_dict(self) -> dict:
+        """The schedule between two ticks, in plain values (:mod:`fdahpc.checkpoint`)."""
+        return {"r": self.r.copy(), "counter": self.counter.copy(), "jobs": self.jobs.copy(),
+                "started_at": self.started_at.copy(), "job_version": [list(v) for v in self.job_version],
+                "last_read": self.last_read.copy(),
+                "read_jobs": np.array(sorted(self.read_jobs), dtype=np.int64).reshape(-1, 2),
+                "queue": [list(entry) for entry in self.queue], "tick": self.tick, "version": self.version}
+
+    def load_state_dict(self, state: dict) -> None:
+        r = np.asarray(state["r"], dtype=np.int64)
+        if r.shape != (self.num_clients,):
+            raise ValueError(f"checkpoint: a tick clock of {len(r)} clients, this run has {self.num_clients}; "
+                             "resume with the same --clients")
+        self.r, self.counter, self.jobs = r.copy(), state["counter"].copy(), state["jobs"].copy()
+        self.started_at, self.last_read = state["started_at"].copy(), state["last_read"].copy()
+        self.job_version = [[int(v) for v in versions] for versions in state["job_version"]]
+        self.read_jobs = {(int(c), int(j)) for c, j in state["read_jobs"]}
+        self.queue = [(int(c), int(j), int(stamp)) for c, j, stamp in state["queue"]]
+        self.tick, self.version = int(state["tick"]), int(state["version"])
 
     def never_aggregated(self) -> tuple[int, int]:
         """``(jobs overwritten without being read, jobs overwritten)``: every job but each
