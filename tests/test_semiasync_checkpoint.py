@@ -167,8 +167,9 @@ def _rounds_in(path) -> int:
         return 0
 
 
-def test_sigterm_checkpoints_stops_with_0_and_resumes_to_the_same_model(tmp_path):
-    flags = [*RULES["fedqs-avg"], "--log-every", "1"]
+@pytest.mark.parametrize("rule", ["fedqs-avg", "fedqs-avg-ticks"])
+def test_sigterm_checkpoints_stops_with_0_and_resumes_to_the_same_model(tmp_path, rule):
+    flags = [*RULES[rule], "--log-every", "1"]
     out, ck = str(tmp_path / "stopped.h5"), str(tmp_path / "ck")
     cmd = ["mpiexec", "-n", "3", sys.executable, "-m", "fdahpc.train", *TINY, *flags, "--rounds", "100000",
            "--out", out, "--checkpoint-dir", ck]
