@@ -85,7 +85,8 @@ def runs(request, tmp_path_factory):
           "--model-cache-gb", "1e-9", "--spill-dir", str(d / "spill"), ranks=ranks)
     out["first_half"] = read(d / "split.h5")
     out["folders"] = sorted(os.listdir(ck))
-    train(*flags, "--rounds", str(2 * R), "--out", str(d / "mid.h5"), "--resume", str(ck / "ckpt-000000003"), ranks=ranks)
+    train(*flags, "--rounds", str(2 * R), "--out", str(d / "mid.h5"), "--resume", str(ck / "ckpt-000000003"),
+          ranks=ranks)
     out["mid"] = read(d / "mid.h5")
     res = train(*flags, "--rounds", str(2 * R), "--checkpoint-dir", str(ck), "--resume", "auto", ranks=ranks)
     assert f"resumed from {ck / f'ckpt-{R:09d}'} at round {R}" in res.stdout
@@ -155,7 +156,8 @@ def test_a_tick_clock_checkpoint_resumed_on_the_event_clock_is_refused(runs):
                 "--resume", "auto", ok=False)
     assert res.returncode == 2, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "written by a different run: --clock 'ticks' (this run: 'events')" in lines[0], res.stderr
+    assert len(lines) == 1, res.stderr
+    assert "written by a different run: --clock 'ticks' (this run: 'events')" in lines[0], res.stderr
     assert sorted(os.listdir(folder)) == before
 
 
