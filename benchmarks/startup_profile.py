@@ -8,13 +8,19 @@ gap between round lines). This script runs the same command (``peers.commands``:
 ranks, rank 0 serves, two hosts train, scoring after every round) and splits that time:
 
 - ``launch``: ``mpiexec -n 3 python -c pass`` (launcher and interpreters);
-- ``imports``: ``mpiexec -n 3 python -c 'import fdahpc.train, fdahpc.semiasync.mode'`` less
-  ``launch`` (torch, NumPy, h5py, mpi4py and fdahpc's own modules);
+- ``torch``: ``mpiexec -n 3 python -c 'import torch'`` less ``launch``;
+- ``fdahpc``: ``mpiexec -n 3 python -c 'import fdahpc.train, fdahpc.semiasync.mode'`` less
+  the two above (NumPy, h5py, mpi4py and fdahpc's own modules);
 - a timeline of the run itself, each rank started through this script's ``--timeline``
   worker, which times named steps of fdahpc's setup and first round (the functions where
   ``fdahpc.semiasync.mode`` and the client host look them up are wrapped with a wall clock;
   nothing else changes) and then calls ``fdahpc.train.main``. Times are seconds since the
   launch; each phase's first call on each rank, and its total over the run.
+
+``--bytecode cached`` compiles fdahpc once into a private ``PYTHONPYCACHEPREFIX`` first, as an
+installed package has it: with ``PYTHONDONTWRITEBYTECODE=1`` in the environment (as on the
+machine these figures come from) an editable checkout is compiled from source by every
+rank of every run. ``--bytecode none`` (the default) measures the environment as it is.
 
 Ratios and shares, not absolute claims: the machine is shared (``others' CPU`` says how
 much of it other processes held). Medians over ``--repeats``.
@@ -103,6 +109,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="rounds of the run (>= 3: start-up less one round needs a gap)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bytecode", choices=("none", "cached"), default="none",
+                   help="cached: compile fdahpc once into a private pycache first (what an installed package has)")
     args = p.parse_args(argv)
     if args.clients < 10 or args.rounds < 3 or args.repeats < 1:
         p.exit(2, "startup_profile.py: --clients must be >= 10, --rounds >= 3 and --repeats >= 1, e.g. --clients 1000 "
@@ -118,23 +126,50 @@ def wall(cmd: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def cache_bytecode() -> list[str]:
+    """fdahpc compiled into its ``__pycache__`` folders, as installing it would (``compileall``
+    writes whatever ``PYTHONDONTWRITEBYTECODE`` says); returns the files it added, for removal."""
+    import glob
+
+    from _common import REPO_ROOT
+
+    pattern = os.path.join(REPO_ROOT, "fdahpc", "**", "__pycache__", "*.pyc")
+    before = set(glob.glob(pattern, recursive=True))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(REPO_ROOT, "fdahpc")], check=True, timeout=600)
+    return sorted(set(glob.glob(pattern, recursive=True)) - before)
+
+
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--timeline":
         return timeline_worker(sys.argv[2:])
     args = parse(argv)
     import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
+
+    print(f"# N = {args.clients}, {args.rounds} rounds, peers.py's fdahpc command (mpiexec -n 3, scoring every round), "
+          f"bytecode {args.bytecode}, {args.repeats} repeats (medians); seconds since the launch", flush=True)
+    added = cache_bytecode() if args.bytecode == "cached" else []
+    try:
+        report(args)
+    finally:
+        for path in added:  # the checkout as it was
+            os.remove(path)
+    return 0
+
+
+def report(args) -> None:
+    """The repeats, then the table."""
     import peers
     from _common import CpuMeter, print_report
 
     py = sys.executable
-    print(f"# N = {args.clients}, {args.rounds} rounds, peers.py's fdahpc command (mpiexec -n 3, scoring every round), "
-          f"{args.repeats} repeats (medians); seconds since the launch", flush=True)
     rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
-    summary: dict[str, list[float]] = {k: [] for k in ("launch", "imports", "startup", "per_round", "round1", "others")}
+    summary: dict[str, list[float]] = {k: [] for k in ("launch", "torch", "fdahpc", "startup", "per_round", "round1",
+                                                       "others")}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
             meter = CpuMeter()
             launch = wall(["mpiexec", "-n", "3", py, "-c", "pass"])
+            torch_s = wall(["mpiexec", "-n", "3", py, "-c", "import torch"]) - launch
             imports = wall(["mpiexec", "-n", "3", py, "-c", "import fdahpc.train, fdahpc.semiasync.mode"]) - launch
             out = os.path.join(tmp, f"run{rep}.h5")
             cmd = peers.commands(argparse.Namespace(rounds=args.rounds, seed=args.seed, flower_python=py,
@@ -146,7 +181,8 @@ def main(argv=None) -> int:
             t0 = time.time()
             r = peers.measure(cmd, args.rounds, env={T0_ENV: repr(t0), OUT_ENV: marks})
             summary["launch"].append(launch)
-            summary["imports"].append(imports)
+            summary["torch"].append(torch_s)
+            summary["fdahpc"].append(imports - torch_s)
             summary["startup"].append(r["startup"])
             summary["per_round"].append(r["per_round"])
             summary["round1"].append(r["startup"] + r["per_round"])
@@ -156,8 +192,8 @@ def main(argv=None) -> int:
                     for name, (first, end, total, calls) in json.load(f).items():
                         rows.setdefault((name, "server" if rank == 0 else f"host {rank}"), []).append((first, end, total))
             print(f"repeat {rep}: start-up {r['startup']:.2f} s, round {r['per_round']:.2f} s, launch {launch:.2f} s, "
-                  f"imports {imports:.2f} s (others used {summary['others'][-1]:.0%} of the cores)", file=sys.stderr,
-                  flush=True)
+                  f"torch {torch_s:.2f} s, fdahpc {imports - torch_s:.2f} s more (others used "
+                  f"{summary['others'][-1]:.0%} of the cores)", file=sys.stderr, flush=True)
     med = {k: statistics.median(v) for k, v in summary.items()}
     table = []
     for (name, who), v in sorted(rows.items(), key=lambda kv: (statistics.median(x[0] for x in kv[1]), kv[0][1])):
@@ -165,12 +201,12 @@ def main(argv=None) -> int:
         table.append([name, who, f"{first:.2f}", f"{end:.2f}", f"{total:.2f}", f"{total / med['round1']:.0%}"])
     print_report(f"fdahpc start-up, N = {args.clients}: start-up {med['startup']:.2f} s (launch to the end of round 1, "
                  f"{med['round1']:.2f} s, less one round, {med['per_round']:.2f} s); mpiexec -n 3 python -c pass "
-                 f"{med['launch']:.2f} s; the imports {med['imports']:.2f} s more; others' CPU {med['others']:.0%}",
+                 f"{med['launch']:.2f} s, import torch {med['torch']:.2f} s more, fdahpc's imports {med['fdahpc']:.2f} s "
+                 f"more (bytecode {args.bytecode}); others' CPU {med['others']:.0%}",
                  ["phase", "rank", "first starts", "first ends", "total s", "/ round 1"], table,
                  "first starts/ends: seconds since the launch of the phase's first call on that rank; total s: all its "
                  "calls over the run (a host's jobs and the server's scorings run every round); / round 1: total over "
                  "launch to the end of round 1. Indented phases lie inside the one above.")
-    return 0
 
 
 if __name__ == "__main__":
