@@ -13,17 +13,15 @@ ranks, rank 0 serves, two hosts train, scoring after every round) and splits tha
   the two above (NumPy, h5py, mpi4py and fdahpc's own modules);
 - a timeline of the run itself, each rank started through this script's ``--timeline``
   worker, which times named steps of fdahpc's setup and first round (the functions where
-  ``fdahpc.semiasync.mode`` and the client host look them up are wrapped with a wall clock;
-  nothing else changes) and then calls ``fdahpc.train.main``. Times are seconds since the
-  launch; each phase's first call on each rank, and its total over the run.
-
-``--bytecode cached`` compiles fdahpc once into a private ``PYTHONPYCACHEPREFIX`` first, as an
-installed package has it: with ``PYTHONDONTWRITEBYTECODE=1`` in the environment (as on the
-machine these figures come from) an editable checkout is compiled from source by every
-rank of every run. ``--bytecode none`` (the default) measures the environment as it is.
+  ``fdahpc.semiasync.mode`` and the client host look them up are wrapped with a wall clock
+  and the process's CPU clock; nothing else changes) and then calls ``fdahpc.train.main``.
+  Times are seconds since the launch of each phase's first call on each rank, its wall
+  time over the run, and its CPU time over the run.
 
 Ratios and shares, not absolute claims: the machine is shared (``others' CPU`` says how
-much of it other processes held). Medians over ``--repeats``.
+much of it other processes held). On a loaded machine a phase's wall time is several times
+its CPU time (3 ranks and the others' processes share 2 cores); the CPU column is what the
+phase costs wherever it runs. Medians over ``--repeats``.
 """
 
 from __future__ import annotations
@@ -42,39 +40,43 @@ T0_ENV, OUT_ENV = "FDAHPC_STARTUP_T0", "FDAHPC_STARTUP_OUT"
 
 # ----------------------------------------------------------------------------- the per-rank worker
 def timeline_worker(argv: list[str]) -> int:
-    """One rank: wrap the named steps with a wall clock, run ``fdahpc.train.main(argv)``,
-    write ``{phase: [first start, first end, total, calls]}`` (seconds since the launch)."""
+    """One rank: wrap the named steps with a wall clock and this process's CPU clock, run
+    ``fdahpc.train.main(argv)``, write ``{phase: [first start, first end, total wall, calls,
+    total CPU]}`` (times since the launch; the CPU clock counts this process alone, so it
+    holds still while others hold the cores)."""
     t0, began = float(os.environ[T0_ENV]), time.time()
     marks: dict[str, list[float]] = {}
 
-    def note(name: str, start: float, end: float) -> None:
-        m = marks.setdefault(name, [start - t0, end - t0, 0.0, 0])
+    def note(name: str, start: float, end: float, cpu: float) -> None:
+        m = marks.setdefault(name, [start - t0, end - t0, 0.0, 0, 0.0])
         m[2] += end - start
         m[3] += 1
+        m[4] += cpu
 
     def timed(owner, attr: str, name: str) -> None:
         fn = getattr(owner, attr)
 
         def wrapper(*args, **kwargs):
-            start = time.time()
+            start, cpu = time.time(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                note(name, start, time.time())
+                note(name, start, time.time(), time.process_time() - cpu)
 
         setattr(owner, attr, wrapper)
 
-    note("interpreter up", began, began)
+    note("interpreter up", began, began, time.process_time())  # CPU: the interpreter's start
+    cpu = time.process_time()
     import fdahpc.train as train  # noqa: E402  (timed: this is the import being measured)
 
-    note("import fdahpc.train (torch, numpy, h5py, mpi4py, fdahpc)", began, time.time())
-    start = time.time()
+    note("import fdahpc.train (torch, numpy, h5py, mpi4py, fdahpc)", began, time.time(), time.process_time() - cpu)
+    start, cpu = time.time(), time.process_time()
     import fdahpc.semiasync.client as client
     import fdahpc.semiasync.mode as mode
     import fdahpc.semiasync.server as server
     from fdahpc import run
 
-    note("import the semi-async mode", start, time.time())
+    note("import the semi-async mode", start, time.time(), time.process_time() - cpu)
     for owner, attr, name in (
             (train, "parse_args", "parse the flags"),
             (train, "make_communicator", "MPI communicator"),
@@ -109,8 +111,6 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="rounds of the run (>= 3: start-up less one round needs a gap)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bytecode", choices=("none", "cached"), default="none",
-                   help="cached: compile fdahpc once into a private pycache first (what an installed package has)")
     args = p.parse_args(argv)
     if args.clients < 10 or args.rounds < 3 or args.repeats < 1:
         p.exit(2, "startup_profile.py: --clients must be >= 10, --rounds >= 3 and --repeats >= 1, e.g. --clients 1000 "
@@ -126,19 +126,6 @@ def wall(cmd: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def cache_bytecode() -> list[str]:
-    """fdahpc compiled into its ``__pycache__`` folders, as installing it would (``compileall``
-    writes whatever ``PYTHONDONTWRITEBYTECODE`` says); returns the files it added, for removal."""
-    import glob
-
-    from _common import REPO_ROOT
-
-    pattern = os.path.join(REPO_ROOT, "fdahpc", "**", "__pycache__", "*.pyc")
-    before = set(glob.glob(pattern, recursive=True))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(REPO_ROOT, "fdahpc")], check=True, timeout=600)
-    return sorted(set(glob.glob(pattern, recursive=True)) - before)
-
-
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--timeline":
         return timeline_worker(sys.argv[2:])
@@ -146,13 +133,8 @@ def main(argv=None) -> int:
     import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
 
     print(f"# N = {args.clients}, {args.rounds} rounds, peers.py's fdahpc command (mpiexec -n 3, scoring every round), "
-          f"bytecode {args.bytecode}, {args.repeats} repeats (medians); seconds since the launch", flush=True)
-    added = cache_bytecode() if args.bytecode == "cached" else []
-    try:
-        report(args)
-    finally:
-        for path in added:  # the checkout as it was
-            os.remove(path)
+          f"{args.repeats} repeats (medians); seconds since the launch", flush=True)
+    report(args)
     return 0
 
 
@@ -189,24 +171,28 @@ def report(args) -> None:
             summary["others"].append(meter.foreign_share())
             for rank in range(3):
                 with open(os.path.join(marks, f"rank{rank}.json")) as f:
-                    for name, (first, end, total, calls) in json.load(f).items():
-                        rows.setdefault((name, "server" if rank == 0 else f"host {rank}"), []).append((first, end, total))
+                    for name, (first, end, total, calls, cpu) in json.load(f).items():
+                        rows.setdefault((name, "server" if rank == 0 else f"host {rank}"), []).append(
+                            (first, end, total, cpu))
             print(f"repeat {rep}: start-up {r['startup']:.2f} s, round {r['per_round']:.2f} s, launch {launch:.2f} s, "
                   f"torch {torch_s:.2f} s, fdahpc {imports - torch_s:.2f} s more (others used "
                   f"{summary['others'][-1]:.0%} of the cores)", file=sys.stderr, flush=True)
     med = {k: statistics.median(v) for k, v in summary.items()}
     table = []
     for (name, who), v in sorted(rows.items(), key=lambda kv: (statistics.median(x[0] for x in kv[1]), kv[0][1])):
-        first, end, total = (statistics.median(x[i] for x in v) for i in range(3))
-        table.append([name, who, f"{first:.2f}", f"{end:.2f}", f"{total:.2f}", f"{total / med['round1']:.0%}"])
+        first, end, total, cpu = (statistics.median(x[i] for x in v) for i in range(4))
+        table.append([name, who, f"{first:.2f}", f"{end:.2f}", f"{total:.2f}", f"{total / med['round1']:.0%}",
+                      f"{cpu:.2f}"])
     print_report(f"fdahpc start-up, N = {args.clients}: start-up {med['startup']:.2f} s (launch to the end of round 1, "
                  f"{med['round1']:.2f} s, less one round, {med['per_round']:.2f} s); mpiexec -n 3 python -c pass "
                  f"{med['launch']:.2f} s, import torch {med['torch']:.2f} s more, fdahpc's imports {med['fdahpc']:.2f} s "
-                 f"more (bytecode {args.bytecode}); others' CPU {med['others']:.0%}",
-                 ["phase", "rank", "first starts", "first ends", "total s", "/ round 1"], table,
+                 f"more; others' CPU {med['others']:.0%}",
+                 ["phase", "rank", "first starts", "first ends", "total s", "/ round 1", "CPU s"], table,
                  "first starts/ends: seconds since the launch of the phase's first call on that rank; total s: all its "
                  "calls over the run (a host's jobs and the server's scorings run every round); / round 1: total over "
-                 "launch to the end of round 1. Indented phases lie inside the one above.")
+                 "launch to the end of round 1; CPU s: this rank's CPU time in all its calls (for 'interpreter up': "
+                 "the interpreter's own start), steadier than wall time on a shared machine. Indented phases lie "
+                 "inside the one above.")
 
 
 if __name__ == "__main__":
