@@ -7,16 +7,16 @@
 gap between round lines). This script runs the same command (``peers.commands``: 3 MPI
 ranks, rank 0 serves, two hosts train, scoring after every round) and splits that time:
 
-- ``launch``: ``mpiexec -n 3 python -c pass`` (launcher and interpreters);
-- ``torch``: ``mpiexec -n 3 python -c 'import torch'`` less ``launch``;
-- ``fdahpc``: ``mpiexec -n 3 python -c 'import fdahpc.train, fdahpc.semiasync.mode'`` less
-  the two above (NumPy, h5py, mpi4py and fdahpc's own modules);
+- the CPU seconds of ``mpiexec -n 3 python -c pass`` (launcher and interpreters), of
+  ``import torch`` beyond that, and of ``import fdahpc.train, fdahpc.semiasync.mode`` beyond
+  torch (NumPy, h5py, mpi4py and fdahpc's own modules), 3 processes each;
 - a timeline of the run itself, each rank started through this script's ``--timeline``
   worker, which times named steps of fdahpc's setup and first round (the functions where
   ``fdahpc.semiasync.mode`` and the client host look them up are wrapped with a wall clock
   and the process's CPU clock; nothing else changes) and then calls ``fdahpc.train.main``.
   Times are seconds since the launch of each phase's first call on each rank, its wall
-  time over the run, and its CPU time over the run.
+  time over the run, and its CPU time over the run. "Round 1's training" is the time from
+  the moment every rank agreed on setup to the server's first scoring.
 
 Ratios and shares, not absolute claims: the machine is shared (``others' CPU`` says how
 much of it other processes held). On a loaded machine a phase's wall time is several times
@@ -36,6 +36,7 @@ import tempfile
 import time
 
 T0_ENV, OUT_ENV = "FDAHPC_STARTUP_T0", "FDAHPC_STARTUP_OUT"
+RUN, SCORE = "run (after every rank agreed on setup)", "  server: score the 10 000 test images"
 
 
 # ----------------------------------------------------------------------------- the per-rank worker
@@ -87,7 +88,7 @@ def timeline_worker(argv: list[str]) -> int:
             (mode, "_split", "  host: per-client batch streams"),
             (mode.Server, "__init__", "  server: Server()"),
             (mode.Host, "__init__", "  host: Host()"),
-            (run, "run", "run (after every rank agreed on setup)"),
+            (run, "run", RUN),
             (mode.SemiAsyncJob, "fresh", "  initial model from rank 0"),
             (run, "open_run_file", "  open the run file"),
             # a client job's optimizer (before JobSGD: torch.optim's, whose first use imports torch._dynamo)
@@ -95,7 +96,7 @@ def timeline_worker(argv: list[str]) -> int:
              "  host: a job's optimizer"),
             (client, "local_steps", "  host: a job's local steps"),
             (client.Host, "_run_job", "  host: one client's job"),
-            (server, "score", "  server: score the 10 000 test images")):
+            (server, "score", SCORE)):
         timed(owner, attr, name)
     try:
         return train.main(argv)
@@ -118,12 +119,20 @@ def parse(argv=None) -> argparse.Namespace:
     return args
 
 
-def wall(cmd: list[str]) -> float:
+def cpu_of(cmd: list[str]) -> float:
+    """CPU seconds of ``cmd`` and every process under it (each waited for by its parent:
+    mpiexec's ranks too), steadier than its wall time on a shared machine."""
+    import resource
+
     from _common import REPO_ROOT, child_env
 
-    start = time.perf_counter()
+    def used() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    start = used()
     subprocess.run(cmd, env=child_env(), cwd=REPO_ROOT, check=True, timeout=600, capture_output=True)
-    return time.perf_counter() - start
+    return used() - start
 
 
 def main(argv=None) -> int:
@@ -146,13 +155,13 @@ def report(args) -> None:
     py = sys.executable
     rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     summary: dict[str, list[float]] = {k: [] for k in ("launch", "torch", "fdahpc", "startup", "per_round", "round1",
-                                                       "others")}
+                                                       "others", "jobs")}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
             meter = CpuMeter()
-            launch = wall(["mpiexec", "-n", "3", py, "-c", "pass"])
-            torch_s = wall(["mpiexec", "-n", "3", py, "-c", "import torch"]) - launch
-            imports = wall(["mpiexec", "-n", "3", py, "-c", "import fdahpc.train, fdahpc.semiasync.mode"]) - launch
+            launch = cpu_of(["mpiexec", "-n", "3", py, "-c", "pass"])
+            torch_s = cpu_of(["mpiexec", "-n", "3", py, "-c", "import torch"]) - launch
+            imports = cpu_of(["mpiexec", "-n", "3", py, "-c", "import fdahpc.train, fdahpc.semiasync.mode"]) - launch
             out = os.path.join(tmp, f"run{rep}.h5")
             cmd = peers.commands(argparse.Namespace(rounds=args.rounds, seed=args.seed, flower_python=py,
                                                     flower_app="module"), args.clients, out, 1)["fdahpc"]
@@ -169,14 +178,17 @@ def report(args) -> None:
             summary["per_round"].append(r["per_round"])
             summary["round1"].append(r["startup"] + r["per_round"])
             summary["others"].append(meter.foreign_share())
+            ranks = []
             for rank in range(3):
                 with open(os.path.join(marks, f"rank{rank}.json")) as f:
-                    for name, (first, end, total, calls, cpu) in json.load(f).items():
-                        rows.setdefault((name, "server" if rank == 0 else f"host {rank}"), []).append(
-                            (first, end, total, cpu))
-            print(f"repeat {rep}: start-up {r['startup']:.2f} s, round {r['per_round']:.2f} s, launch {launch:.2f} s, "
-                  f"torch {torch_s:.2f} s, fdahpc {imports - torch_s:.2f} s more (others used "
-                  f"{summary['others'][-1]:.0%} of the cores)", file=sys.stderr, flush=True)
+                    ranks.append(json.load(f))
+                for name, (first, end, total, calls, cpu) in ranks[-1].items():
+                    rows.setdefault((name, "server" if rank == 0 else f"host {rank}"), []).append((first, end, total, cpu))
+            # round 1's training: from the moment every rank agreed on setup to the server's first scoring
+            summary["jobs"].append(ranks[0][SCORE][0] - ranks[0][RUN][0])
+            print(f"repeat {rep}: start-up {r['startup']:.2f} s, round {r['per_round']:.2f} s, round 1's training "
+                  f"{summary['jobs'][-1]:.2f} s (others used {summary['others'][-1]:.0%} of the cores)", file=sys.stderr,
+                  flush=True)
     med = {k: statistics.median(v) for k, v in summary.items()}
     table = []
     for (name, who), v in sorted(rows.items(), key=lambda kv: (statistics.median(x[0] for x in kv[1]), kv[0][1])):
@@ -184,9 +196,10 @@ def report(args) -> None:
         table.append([name, who, f"{first:.2f}", f"{end:.2f}", f"{total:.2f}", f"{total / med['round1']:.0%}",
                       f"{cpu:.2f}"])
     print_report(f"fdahpc start-up, N = {args.clients}: start-up {med['startup']:.2f} s (launch to the end of round 1, "
-                 f"{med['round1']:.2f} s, less one round, {med['per_round']:.2f} s); mpiexec -n 3 python -c pass "
-                 f"{med['launch']:.2f} s, import torch {med['torch']:.2f} s more, fdahpc's imports {med['fdahpc']:.2f} s "
-                 f"more; others' CPU {med['others']:.0%}",
+                 f"{med['round1']:.2f} s, less one round, {med['per_round']:.2f} s); round 1's training (setup agreed "
+                 f"to the server's first scoring) {med['jobs']:.2f} s; CPU s of 3 processes: mpiexec -n 3 python -c pass "
+                 f"{med['launch']:.2f}, import torch {med['torch']:.2f} more, fdahpc's imports {med['fdahpc']:.2f} more; "
+                 f"others' CPU {med['others']:.0%}",
                  ["phase", "rank", "first starts", "first ends", "total s", "/ round 1", "CPU s"], table,
                  "first starts/ends: seconds since the launch of the phase's first call on that rank; total s: all its "
                  "calls over the run (a host's jobs and the server's scorings run every round); / round 1: total over "
