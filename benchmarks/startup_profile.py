@@ -112,6 +112,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="rounds of the run (>= 3: start-up less one round needs a gap)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", help="passed to the run (e.g. a folder of decompressed IDX files, which fdahpc "
+                                      "memory-maps instead of decompressing the .gz files on every host)")
     args = p.parse_args(argv)
     if args.clients < 10 or args.rounds < 3 or args.repeats < 1:
         p.exit(2, "startup_profile.py: --clients must be >= 10, --rounds >= 3 and --repeats >= 1, e.g. --clients 1000 "
@@ -142,7 +144,8 @@ def main(argv=None) -> int:
     import _common  # noqa: F401  (makes fdahpc importable from a plain checkout)
 
     print(f"# N = {args.clients}, {args.rounds} rounds, peers.py's fdahpc command (mpiexec -n 3, scoring every round), "
-          f"{args.repeats} repeats (medians); seconds since the launch", flush=True)
+          f"{args.repeats} repeats (medians); seconds since the launch"
+          + (f"; --data-dir {args.data_dir}" if args.data_dir else ""), flush=True)
     report(args)
     return 0
 
@@ -167,6 +170,7 @@ def report(args) -> None:
                                                     flower_app="module"), args.clients, out, 1)["fdahpc"]
             i = cmd.index("-m")  # python -m fdahpc.train ... -> python startup_profile.py --timeline ...
             cmd[i:i + 2] = [os.path.abspath(__file__), "--timeline"]
+            cmd += ["--data-dir", args.data_dir] if args.data_dir else []
             marks = os.path.join(tmp, f"marks{rep}")
             os.makedirs(marks)
             t0 = time.time()
