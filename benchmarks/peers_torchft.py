@@ -17,7 +17,8 @@ the first sync halves the model: at step 0 the quorum makes the non-primary repl
 from the primary, an asynchronous quorum counts a healing replica as not participating, so
 it all-reduces zeros, and the sum is still divided by the 2 replicas at the max step; both
 replicas then copy w_primary / 2 into their parameters. ``--trace`` prints, per sync, each
-replica's model norm before and after, the participants and whether the step committed. The job:
+replica's model norm before and after, the participants and the committed steps (the trace
+and both configurations' accuracies: ``benchmarks/results/peers_torchft.txt``). The job:
 LeNet-5, FashionMNIST split over the 2 replicas by ``fdahpc.data.partition``, SGD lr 0.05,
 batch 32 from fdahpc's ``BatchStream`` (the batches fdahpc's ranks draw). Prints seconds per
 step (the loop, scoring apart), syncs (the manager's committed steps), bytes all-reduced per
