@@ -14,11 +14,13 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import nn
+from torch.optim.sgd import sgd as _torch_sgd  # SGD.step's own update, as a function
 
 from .data.text import TokenWindows, as_tensor
 from .models import flat_outputs
 
-__all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "local_steps", "check_clip", "steps_per_job"]
+__all__ = ["BatchStream", "OPTIMIZERS", "make_optimizer", "make_job_optimizer", "JobSGD", "local_steps", "check_clip",
+           "steps_per_job"]
 
 OPTIMIZERS = ("adam", "sgd", "momentum", "nesterov", "adamw")
 
@@ -114,6 +116,52 @@ def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.o
     if name == "nesterov":
         return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
     raise ValueError(f"--optimizer {name!r}: unknown; choose one of {', '.join(OPTIMIZERS)}")
+
+
+#: The optimizers :func:`make_job_optimizer` runs as :class:`JobSGD`: name -> (momentum, nesterov).
+_SGD_FAMILY = {"sgd": (0.0, False), "momentum": (0.9, False), "nesterov": (0.9, True)}
+
+
+class JobSGD:
+    """SGD for one local job whose optimizer state ends with the job (a semi-asynchronous
+    client's): ``torch.optim.SGD``'s own update, the functional :func:`torch.optim.sgd.sgd`
+    called with the arguments ``SGD.step`` passes it, so the parameters come out bit for bit
+    the same (``tests/test_job_optimizer.py``). Why not the class: every ``torch.optim``
+    optimizer imports ``torch._dynamo`` on its first ``add_param_group``/``step`` (their
+    guards against compilation), about as long as importing torch itself, on every client
+    host at the first job of a run: over a quarter of the time to the end of round 1 at N = 1000
+    (``benchmarks/startup_profile.py``). No ``state_dict``: nothing of it outlives the job."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0):
+        self.params = list(params)
+        self.lr, self.momentum, self.nesterov, self.weight_decay = lr, momentum, nesterov, weight_decay
+        self.buffers: dict[int, torch.Tensor | None] = {}  # momentum buffers, by parameter position
+
+    @torch.no_grad()
+    def step(self) -> None:
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]  # as SGD._init_group skips them
+        params = [self.params[i] for i in live]
+        grads = [p.grad for p in params]
+        bufs = [self.buffers.get(i) for i in live]
+        _torch_sgd(params, grads, bufs, weight_decay=self.weight_decay, momentum=self.momentum, lr=self.lr,
+                   dampening=0.0, nesterov=self.nesterov, maximize=False,
+                   has_sparse_grad=any(g.is_sparse for g in grads), foreach=None, fused=None)
+        if self.momentum != 0:
+            self.buffers.update(zip(live, bufs))
+
+    def zero_grad(self) -> None:
+        """``Optimizer.zero_grad()``'s default (``set_to_none=True``)."""
+        for p in self.params:
+            p.grad = None
+
+
+def make_job_optimizer(name: str, lr: float, params, weight_decay: float):
+    """The optimizer of one local job that starts afresh and is dropped at its end: the
+    SGD family as :class:`JobSGD`, the others as :func:`make_optimizer` builds them."""
+    if name in _SGD_FAMILY:
+        momentum, nesterov = _SGD_FAMILY[name]
+        return JobSGD(params, lr, momentum, nesterov, weight_decay)
+    return make_optimizer(name, lr, params, weight_decay)
 
 
 def _loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

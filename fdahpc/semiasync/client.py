@@ -36,7 +36,7 @@ from ..aggregate import sketch_cosine
 from ..comm import Communicator, Outbox
 from ..control import Diverged
 from ..evaluate import score
-from ..worker import BatchStream, local_steps, make_optimizer
+from ..worker import BatchStream, local_steps, make_job_optimizer
 from .fedqs import (FedQSParams, authors_ready, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
                     similarity)
 from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
@@ -226,7 +226,7 @@ class Host:
     def train(self, c: _Client, lr: float, momentum: float) -> float:
         """One local job of client c on the loaded model: the mode's optimizer, or FedQS's heavy ball."""
         if self.fedqs is None:
-            opt = make_optimizer(self.optimizer, lr, self.model.parameters(), self.weight_decay)
+            opt = make_job_optimizer(self.optimizer, lr, self.model.parameters(), self.weight_decay)
             return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad, self.clip_grad_norm,
                                self.device)
         params = [p for p in self.model.parameters() if p.requires_grad]
