@@ -353,10 +353,13 @@ def main(argv=None) -> int:
 
     from peers import versions
 
-    print(f"# this interpreter ({sys.executable}): {json.dumps(versions(sys.executable))}"
+    import torch
+
+    print(f"# this interpreter ({sys.executable}): {json.dumps(versions(sys.executable))}, torch build {torch.__version__}"
           + (f", appfl {version('appfl')}, torchvision {version('torchvision')}" if len(ways) > ways.count("fdahpc") else ""))
     print(f"# --fdahpc-python ({fdahpc_python}): {json.dumps(versions(fdahpc_python))}")
     for name, python, modules in (("fdahpc", fdahpc_python, "torch, mpi4py, h5py, fdahpc.train"),
+                                  ("appfl", sys.executable, "torch, mpi4py"),  # its torch build alone
                                   ("appfl", sys.executable, "torch, mpi4py, appfl.agent, appfl.comm.mpi")):
         if any(w.startswith(name) for w in ways):
             rss, pss = idle_footprint(python, modules)
