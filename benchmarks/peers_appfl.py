@@ -30,6 +30,9 @@ How each side is configured, and where the two cannot be made the same:
   client's data, so small clients would fill APPFL's buffer more often than fdahpc's).
 - Update order: fdahpc's is the virtual clock's (ties by client id, deterministic); APPFL's
   is real arrival order. Staleness is printed per aggregation on both sides.
+- The model a client gets back: APPFL answers an update at once with the model of the
+  moment (holding the client's own update only if it filled the buffer); an fdahpc client
+  restarts from the version that aggregated its update.
 - Batches: fdahpc draws from a client's ``BatchStream`` continued across jobs; APPFL's
   DataLoader reshuffles at every job (last batch of a pass partial). Same distribution,
   different batches, so the curves are compared, never asserted equal.

@@ -107,3 +107,58 @@ def test_print_config_shows_both_sides_and_the_mapping(tmp_path):
     assert "--strategy fedbuff" in res.stdout and '"aggregator": "FedBuffAggregator"' in res.stdout
     assert "APPFL alpha 4 * (1/N)" in res.stdout  # η_s N / K = 1 · 8 / 2
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- with APPFL (its venv)
+def _appfl_server(tmp_path, job):
+    pytest.importorskip("appfl", exc_type=ImportError)
+    from omegaconf import OmegaConf
+
+    import peers_appfl_app
+
+    return peers_appfl_app, OmegaConf.create(pa.appfl_server_config(job, str(tmp_path / "logs")))
+
+
+def test_appfls_server_built_from_the_configuration_starts_from_fdahpcs_model_and_steps_by_its_rule(tmp_path):
+    import torch
+
+    job = pa.FedBuffJob(clients=8, buffer=3, server_lr=0.7, seed=5)
+    app, cfg = _appfl_server(tmp_path, job)
+    from appfl.agent import ServerAgent
+
+    agent = ServerAgent(server_agent_config=cfg)
+    ref = pa.job.new_lenet(5)
+    names = [n for n, _ in ref.named_parameters()]
+    w = {n: p.detach().clone() for n, p in ref.named_parameters()}
+    assert all(torch.equal(agent.model.state_dict()[n], w[n]) for n in names)  # the same initial model
+    gen = torch.Generator().manual_seed(0)
+
+    def deltas(k):
+        return [{n: torch.randn(w[n].shape, generator=gen) * 0.01 for n in names} for _ in range(k)]
+
+    # flush 1: clients 0..2, all from version 0. APPFL hands a client the model of the moment,
+    # so only client 2, whose update completed the buffer, got version 1; flush 2: client 2
+    # (staleness 0), client 0 (handed version 0) and client 5 (never seen: version 0)
+    for clients, taus in (([0, 1, 2], [0, 0, 0]), ([2, 0, 5], [0, 1, 1])):
+        ds = deltas(3)
+        coeff = FedBuff(0.7).weights([SimpleNamespace(staleness=t) for t in taus], None, 8)
+        want = {n: w[n] + sum(c * d[n] for c, d in zip(coeff, ds)) for n in names}
+        for c, d in zip(clients, ds):  # send_gradient: the client sends start - local = -Δ
+            agent.global_update(f"Client{c}", {n: -d[n] for n in names})
+        got = agent.model.state_dict()
+        for n in names:
+            torch.testing.assert_close(got[n], want[n], rtol=1e-5, atol=1e-6)
+        w = want
+
+
+def test_appfl_files_give_fdahpcs_clients_and_model(tmp_path):
+    import torch
+
+    app, _ = _appfl_server(tmp_path, pa.FedBuffJob())
+    x, y, parts = pa.job.load_train(6, 2)
+    train, val = app.client_data(num_clients=6, client_id=4, seed=2)
+    assert val is None and len(train) == len(parts[4])
+    assert torch.equal(train.tensors[1], y[torch.from_numpy(np.asarray(parts[4]))])
+    ref = pa.job.new_lenet(2).state_dict()
+    assert all(torch.equal(v, ref[k]) for k, v in app.lenet5(seed=2).state_dict().items())
+    assert app.accuracy(np.array([0, 1, 2]), np.eye(3)[[0, 2, 2]]) == pytest.approx(2 / 3)
