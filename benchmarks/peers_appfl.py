@@ -46,9 +46,10 @@ Measured per run, from the round lines (timestamped as they arrive; ``peers.meas
 wall seconds per aggregation (median gap), launch to the end of aggregation 1, the peak
 of the summed RSS and PSS of every process the run started (sampled every 0.1 s), the
 accuracy per aggregation. Timed twice: scoring after every aggregation, and only after the
-last (the frameworks alone). fdahpc runs under ``--fdahpc-python`` (it needs h5py), APPFL
-under this interpreter; the header prints both interpreters' versions and one idle
-process's memory in each (the torch builds differ: a CUDA build maps more).
+last (the frameworks alone). Both run under this interpreter when it has fdahpc's h5py and
+numba (``pip install h5py numba`` beside APPFL: one torch build for both sides), else fdahpc
+under ``--fdahpc-python``; the header prints both interpreters' versions and the memory of one
+idle process of each (torch alone, torch with APPFL).
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def parse(argv=None) -> tuple[argparse.Namespace, FedBuffJob]:
     p.add_argument("--only", default=",".join(WAYS))
     p.add_argument("--scoring", default="every,end", help="every: score after every aggregation; end: after the last")
     p.add_argument("--fdahpc-python", default=None,
-                   help="the interpreter that runs fdahpc (needs h5py, numba); default: python3 on PATH")
+                   help="the interpreter that runs fdahpc; default: this one when it has fdahpc's h5py and numba (the "
+                        "same torch build on both sides), else python3 on PATH")
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "peers_appfl"))
     p.add_argument("--print-config", action="store_true", help="print both configurations and exit")
     p.add_argument("--appfl-layout", choices=("batched", "per-client"), default="batched",
@@ -222,7 +224,13 @@ def parse(argv=None) -> tuple[argparse.Namespace, FedBuffJob]:
 
 
 def resolve_python(name: str | None) -> str:
-    """The real path of ``name`` (default python3 on PATH; a pyenv shim resolves to its target)."""
+    """The real path of ``name`` (a pyenv shim resolves to its target). Default: this
+    interpreter when it can run fdahpc, so both sides train on one torch build; else python3."""
+    if name is None:
+        import importlib.util
+
+        if all(importlib.util.find_spec(m) for m in ("h5py", "numba")):
+            return sys.executable
     found = shutil.which(name or "python3") or name or "python3"
     try:
         return subprocess.run([found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
@@ -360,7 +368,11 @@ def main(argv=None) -> int:
 
     print(f"# this interpreter ({sys.executable}): {json.dumps(versions(sys.executable))}, torch build {torch.__version__}"
           + (f", appfl {version('appfl')}, torchvision {version('torchvision')}" if len(ways) > ways.count("fdahpc") else ""))
-    print(f"# --fdahpc-python ({fdahpc_python}): {json.dumps(versions(fdahpc_python))}")
+    fdahpc_v, here_v = versions(fdahpc_python), versions(sys.executable)
+    print(f"# --fdahpc-python ({fdahpc_python}): {json.dumps(fdahpc_v)}")
+    if fdahpc_v.get("torch") != here_v.get("torch"):
+        print(f"# NOTE: fdahpc trains on torch {fdahpc_v.get('torch')}, APPFL on {here_v.get('torch')}: the times compare "
+              "torch builds too (give --fdahpc-python this interpreter, with h5py and numba installed)")
     for name, python, modules in (("fdahpc", fdahpc_python, "torch, mpi4py, h5py, fdahpc.train"),
                                   ("appfl", sys.executable, "torch, mpi4py"),  # its torch build alone
                                   ("appfl", sys.executable, "torch, mpi4py, appfl.agent, appfl.comm.mpi")):
