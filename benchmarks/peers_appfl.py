@@ -1,7 +1,8 @@
 """Semi-asynchronous FedBuff two ways under ``mpiexec``: fdahpc's rank-0 coordinator and APPFL's MPI server.
 
     pip install -e ".[peers-appfl]"     # or a venv of its own (APPFL pulls torch; take torch and torchvision
-                                        # from one release pair, e.g. torch==2.14.1 torchvision==0.29.1)
+                                        # from one release pair, e.g. torch==2.14.1 torchvision==0.29.1; add
+                                        # h5py numba there so fdahpc runs on the same torch build)
     PYTHONPATH=. V/bin/python benchmarks/peers_appfl.py                      # N 20, K 5, 30 aggregations
     PYTHONPATH=. V/bin/python benchmarks/peers_appfl.py --print-config      # the two configurations only
 
@@ -70,14 +71,14 @@ import peers_job as job
 from _common import REPO_ROOT, CpuMeter, print_report
 from peers_job import ALPHA, BATCH, LR
 
-__all__ = ["FedBuffJob", "appfl_client_configs", "appfl_server_config", "appfl_update_weight", "fdahpc_command",
-           "main"]
+__all__ = ["FedBuffJob", "appfl_client_configs", "appfl_ranks", "appfl_server_config", "appfl_update_weight",
+           "fdahpc_command", "main"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = os.path.join(HERE, "peers_appfl_app.py")
 INSTALL = ('pip install -e ".[peers-appfl]" (torch and torchvision from one release pair, e.g. torch==2.14.1 '
            'torchvision==0.29.1), or a venv of its own: python -m venv V && V/bin/pip install appfl mpi4py '
-           '"torch==2.14.1" "torchvision==0.29.1", then run this script with V/bin/python')
+           '"torch==2.14.1" "torchvision==0.29.1" h5py numba, then run this script with V/bin/python')
 TIMINGS = {"every": "every aggregation", "end": "at the end"}
 WAYS = ("fdahpc", "appfl", "appfl-nogc")
 #: APPFL's ``optimize_memory`` (on by default in every agent, scheduler, aggregator, trainer and
@@ -360,29 +361,43 @@ def main(argv=None) -> int:
                 return 2
     os.makedirs(args.out_dir, exist_ok=True)
     os.environ["PYTHONPATH"] = HERE + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    from importlib.metadata import version
+    print_header(ways, fdahpc_python)
+    print_config(j, fdahpc_python, args.out_dir, args.appfl_layout)
+    results = run_all(args, j, ways, fdahpc_python)
+    print_results(args, j, ways, results)
+    return 0
 
-    from peers import versions
+
+def print_header(ways: list[str], fdahpc_python: str) -> None:
+    """Both interpreters' versions, and what one idle process of each holds."""
+    from importlib.metadata import version
 
     import torch
 
-    print(f"# this interpreter ({sys.executable}): {json.dumps(versions(sys.executable))}, torch build {torch.__version__}"
-          + (f", appfl {version('appfl')}, torchvision {version('torchvision')}" if len(ways) > ways.count("fdahpc") else ""))
+    from peers import versions
+
+    appfl = len(ways) > ways.count("fdahpc")
     fdahpc_v, here_v = versions(fdahpc_python), versions(sys.executable)
+    print(f"# this interpreter ({sys.executable}): {json.dumps(here_v)}, torch build {torch.__version__}"
+          + (f", appfl {version('appfl')}, torchvision {version('torchvision')}" if appfl else ""))
     print(f"# --fdahpc-python ({fdahpc_python}): {json.dumps(fdahpc_v)}")
     if fdahpc_v.get("torch") != here_v.get("torch"):
-        print(f"# NOTE: fdahpc trains on torch {fdahpc_v.get('torch')}, APPFL on {here_v.get('torch')}: the times compare "
-              "torch builds too (give --fdahpc-python this interpreter, with h5py and numba installed)")
+        print(f"# NOTE: fdahpc trains on torch {fdahpc_v.get('torch')}, APPFL on {here_v.get('torch')}: the times "
+              "compare torch builds too (give --fdahpc-python this interpreter, with h5py and numba installed)")
     for name, python, modules in (("fdahpc", fdahpc_python, "torch, mpi4py, h5py, fdahpc.train"),
                                   ("appfl", sys.executable, "torch, mpi4py"),  # its torch build alone
                                   ("appfl", sys.executable, "torch, mpi4py, appfl.agent, appfl.comm.mpi")):
-        if any(w.startswith(name) for w in ways):
+        if name == "fdahpc" and "fdahpc" in ways or name == "appfl" and appfl:
             rss, pss = idle_footprint(python, modules)
             print(f"# one idle {name} process (import {modules}): {rss:.0f} MB RSS, {pss:.0f} MB PSS")
-    print_config(j, fdahpc_python, args.out_dir, args.appfl_layout)
+
+
+def run_all(args, j: FedBuffJob, ways: list[str], fdahpc_python: str) -> dict:
+    """Every (way, scoring) run of every repeat, interleaved; resumed from the journal."""
     timings = args.scoring.split(",")
     journal = os.path.join(args.out_dir, "peers_appfl.jsonl")
-    ident = json.dumps(dict(dataclasses.asdict(j), layout=args.appfl_layout), sort_keys=True)
+    ident = json.dumps(dict(dataclasses.asdict(j), layout=args.appfl_layout, fdahpc_python=fdahpc_python),
+                       sort_keys=True)
     done = {}
     if os.path.exists(journal):
         with open(journal) as f:
@@ -400,25 +415,34 @@ def main(argv=None) -> int:
                 results[way, timing].append(r)
                 print(f"repeat {rep}, scoring {TIMINGS[timing]}: {way} {r['per_round']:.3f} s/aggregation "
                       f"(others used {r['foreign_cpu']:.0%} of the cores meanwhile)", file=sys.stderr, flush=True)
+    return results
+
+
+def print_results(args, j: FedBuffJob, ways: list[str], results: dict) -> None:
+    timings = args.scoring.split(",")
     rows, curves = [], []
     for timing in timings:
+        base = results.get(("fdahpc", timing))
         for way in ways:
             rs = results[way, timing]
-            base = results.get(("fdahpc", timing))
             ratio = (statistics.median(a["per_round"] / b["per_round"] for a, b in zip(rs, base)) if base
                      else float("nan"))
             rows.append([way, TIMINGS[timing], f"{statistics.median(x['per_round'] for x in rs):.3f}", f"{ratio:.2f}",
                          f"{statistics.median(x['to_first'] for x in rs):.1f}", f"{max(x['peak_gb'] for x in rs):.2f}",
-                         f"{max(x['peak_pss_gb'] for x in rs):.2f}", f"{statistics.median(x['accuracy'][-1] for x in rs):.4f}",
-                         f"{statistics.fmean(rs[0]['staleness']):.2f}", f"{statistics.median(x['foreign_cpu'] for x in rs):.0%}"])
+                         f"{max(x['peak_pss_gb'] for x in rs):.2f}",
+                         f"{statistics.median(x['accuracy'][-1] for x in rs):.4f}",
+                         f"{statistics.fmean(rs[0]['staleness']):.2f}",
+                         f"{statistics.median(x['foreign_cpu'] for x in rs):.0%}"])
             if timing == timings[0]:
-                curves.append(f"{way:6s} accuracy per aggregation (repeat 0, scoring {TIMINGS[timing]}): "
+                curves.append(f"{way:10s} accuracy per aggregation (repeat 0, scoring {TIMINGS[timing]}): "
                               + " ".join(f"{a:.3f}" for a in rs[0]["accuracy"]))
-                curves.append(f"{way:6s} mean staleness per aggregation: "
+                curves.append(f"{way:10s} mean staleness per aggregation: "
                               + " ".join(f"{s:.1f}" for s in rs[0]["staleness"]))
     print_report(f"Semi-asynchronous FedBuff: LeNet-5, FashionMNIST {ALPHA}, N = {j.clients}, K = {j.buffer}, "
                  f"{j.rounds} aggregations, {j.local_steps} local SGD steps (lr {j.lr}, batch {j.batch}) per job, "
-                 f"eta_s {j.server_lr}, equal speeds, mpiexec -n {j.ranks}, {args.repeats} interleaved repeats (medians)",
+                 f"eta_s {j.server_lr}, equal speeds, fdahpc mpiexec -n {j.ranks}, APPFL mpiexec -n "
+                 f"{appfl_ranks(j, args.appfl_layout)} ({args.appfl_layout}), {args.repeats} interleaved repeats "
+                 "(medians)",
                  ["framework", "scoring", "s/aggregation", "/ fdahpc", "launch to agg 1 s", "peak GB RSS",
                   "peak GB PSS", "final accuracy", "mean staleness", "others' CPU"],
                  rows, "s/aggregation: median of the gaps between aggregation lines; / fdahpc: median of the per-repeat "
@@ -430,7 +454,6 @@ def main(argv=None) -> int:
                        "the noise on the timings.")
     print()
     print("\n".join(curves))
-    return 0
 
 
 if __name__ == "__main__":

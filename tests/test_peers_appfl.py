@@ -162,3 +162,22 @@ def test_appfl_files_give_fdahpcs_clients_and_model(tmp_path):
     ref = pa.job.new_lenet(2).state_dict()
     assert all(torch.equal(v, ref[k]) for k, v in app.lenet5(seed=2).state_dict().items())
     assert app.accuracy(np.array([0, 1, 2]), np.eye(3)[[0, 2, 2]]) == pytest.approx(2 / 3)
+
+
+def test_the_table_has_a_row_per_run_kind_and_ratios_against_fdahpc(capsys):
+    job = pa.FedBuffJob(rounds=3)
+    args = SimpleNamespace(scoring="every,end", appfl_layout="batched", repeats=2)
+
+    def run(per_round, final):
+        return dict(per_round=per_round, to_first=10.0, peak_gb=1.0, peak_pss_gb=0.5, accuracy=[0.2, 0.3, final],
+                    staleness=[0.0, 1.0, 2.0], foreign_cpu=0.1)
+
+    results = {("fdahpc", t): [run(1.0, 0.5), run(2.0, 0.5)] for t in ("every", "end")}
+    results |= {("appfl", t): [run(3.0, 0.4), run(2.0, 0.4)] for t in ("every", "end")}
+    pa.print_results(args, job, ["fdahpc", "appfl"], results)
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()]
+    appfl_every = next(r for r in rows if r[:3] == ["appfl", "every", "aggregation"])
+    assert appfl_every[3:5] == ["2.500", "2.00"]  # median s/aggregation 2.5; median of the ratios 3/1, 2/2 = 2
+    assert sum(r[:1] in (["fdahpc"], ["appfl"]) and "end" in r for r in rows) == 2
+    assert "fdahpc     accuracy per aggregation (repeat 0, scoring every aggregation): 0.200 0.300 0.500" in out
