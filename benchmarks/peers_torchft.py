@@ -10,8 +10,8 @@ up; the model averaged by ``LocalSGD(manager, model, optimizer, sync_every=P)``.
 
 The Manager is built as torchft's LocalSGD integration test and its ``train_diloco.py`` build
 it: ``use_async_quorum=False`` (its ``DiLoCo`` refuses anything else), and ``init_sync=False``
-because both replicas build the same model from the same seed (its docstring: "If all of the
-model weights are initialized identically via torch.set_seed you should set this to False").
+because both replicas build the same model from the same seed (its docstring advises turning
+it off when every replica initialises its weights from the same seed).
 With the defaults (``--async-quorum --init-sync``: the configuration this script ran before)
 the first sync halves the model: at step 0 the quorum makes the non-primary replica heal
 from the primary, an asynchronous quorum counts a healing replica as not participating, so
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import sys
 import time
 from datetime import timedelta
