@@ -104,22 +104,20 @@ def steps_per_job(n: int, batch_size: int, local_epochs: float, tau: int | None 
     return max(1, math.ceil(local_epochs * n / batch_size))
 
 
+#: The SGD family, name -> (momentum, nesterov): "momentum" is the heavy ball. Both
+#: :func:`make_optimizer` and :func:`make_job_optimizer` build from it.
+_SGD_FAMILY = {"sgd": (0.0, False), "momentum": (0.9, False), "nesterov": (0.9, True)}
+
+
 def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.optim.Optimizer:
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
-    if name == "momentum":  # heavy ball
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
-    if name == "nesterov":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
+    if name in _SGD_FAMILY:
+        momentum, nesterov = _SGD_FAMILY[name]
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
     raise ValueError(f"--optimizer {name!r}: unknown; choose one of {', '.join(OPTIMIZERS)}")
-
-
-#: The optimizers :func:`make_job_optimizer` runs as :class:`JobSGD`: name -> (momentum, nesterov).
-_SGD_FAMILY = {"sgd": (0.0, False), "momentum": (0.9, False), "nesterov": (0.9, True)}
 
 
 class JobSGD:
