@@ -118,8 +118,10 @@ class FDAOptions(ThresholdOptions):
 
     fda_lag: int = _o(0, "sync, FDA triggers: 1 reduces the state during the next local step and decides one step "
                          "late (overlaps the AllReduce)")
-    fda_every: int = _o(1, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of the monitoring"
-                           " traffic; the estimate stays a bound at the checked steps)")
+    fda_every: int | None = _o(None, "sync, FDA triggers: reduce the state and decide only every N steps (1/N of the "
+                                     "monitoring traffic; the estimate stays a bound at the checked steps); default 1, "
+                                     "or with --theta-fabric the fewest steps whose state reduction costs <= 5 %% of "
+                                     "their compute (at most the round horizon)")
     fda_log_every: int = _o(1, 'sync, FDA triggers: store the estimate H every N steps')
     log_variance: bool = _o(False, "sync, FDA triggers: also compute the exact model variance every step (costs a "
                                    "full AllReduce)")
@@ -130,7 +132,8 @@ class FDAOptions(ThresholdOptions):
                  "(on the last step's)")
         _require(not (self.fda_lag and self.theta == 0), "--fda-lag 1: theta 0 averages every step, so there is no "
                  "state to wait for; drop --fda-lag")
-        _require(isinstance(self.fda_every, int) and not isinstance(self.fda_every, bool) and self.fda_every >= 1,
+        _require(self.fda_every is None or isinstance(self.fda_every, int) and not isinstance(self.fda_every, bool)
+                 and self.fda_every >= 1,
                  f"--fda-every {self.fda_every}: must be an integer >= 1 (1 checks the variance every step), e.g. 10")
         _require(isinstance(self.fda_log_every, int) and self.fda_log_every >= 1,
                  f"--fda-log-every {self.fda_log_every}: must be >= 1")

@@ -37,6 +37,11 @@ calibrated from the last):
   round can last a handful of steps, and the first one, ended by the prior during the
   steepest drift of training, measured a rate that extrapolated 30x overshot the tuned Θ
   5-8x on skewed data (docs/theta_auto.md, the first rule's figures).
+- The check cadence: given the fabric, the trigger's own state reduction (8 bytes for
+  LinearFDA, a latency-bound message) is also priced, and the state is reduced every
+  ``m = ⌈T_state / (0.05 · T_step)⌉`` steps (:data:`MONITOR_SHARE`), at most H, so that on a
+  high-latency link the monitoring costs at most 5 % of the compute instead of one latency
+  per step (``--fda-every`` given by hand wins).
 - Var_r ≤ 0 (one worker): nothing to average; Θ becomes ∞ and the run never syncs again
   (except at the round cap).
 """
@@ -45,12 +50,15 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["THETA_PER_PARAM", "COMM_SHARE", "MAX_STRETCH", "ROUND_CAP", "prior", "sync_seconds", "horizon_steps", "recalibrate", "fabric_value"]
+__all__ = ["THETA_PER_PARAM", "COMM_SHARE", "MAX_STRETCH", "ROUND_CAP", "MONITOR_SHARE", "prior", "sync_seconds",
+           "horizon_steps", "check_every", "recalibrate", "fabric_value"]
 
 #: Θ_0 per trainable parameter: the FDA paper's tuned Θ ≈ 3–5·10⁻⁵·d, its middle.
 THETA_PER_PARAM = 4e-5
 #: The largest share of a round's compute its synchronization may cost (the fabric horizon).
 COMM_SHARE = 0.1
+#: The largest share of a step's compute the trigger's state reduction may cost (the fabric cadence).
+MONITOR_SHARE = 0.05
 #: The most a round's variance is scaled up: Θ_{r+1} <= 4·Var_r, however short round r was.
 MAX_STRETCH = 4.0
 #: FDA-Opt's E_max in horizons: a round of ROUND_CAP·H steps ends whatever the estimate.
@@ -75,12 +83,14 @@ def fabric_value(text) -> tuple[float, float, float]:
     return values
 
 
-def sync_seconds(dim: int, workers: int, gbps: float, latency_us: float) -> float:
-    """α–β time of one AllReduce of the float32 model: 2⌈log2 K⌉α + 2(K−1)/K·4d·8/bandwidth."""
+def sync_seconds(dim: int, workers: int, gbps: float, latency_us: float, nbytes: float | None = None) -> float:
+    """α–β time of one AllReduce of the float32 model, 2⌈log2 K⌉α + 2(K−1)/K·4d·8/bandwidth
+    (or of ``nbytes`` per rank when given: the trigger's state)."""
     if workers <= 1:
         return 0.0
     rounds = 2 * math.ceil(math.log2(workers))
-    return rounds * latency_us * 1e-6 + 2.0 * (workers - 1) / workers * 4.0 * dim * 8.0 / (gbps * 1e9)
+    n = 4.0 * dim if nbytes is None else nbytes
+    return rounds * latency_us * 1e-6 + 2.0 * (workers - 1) / workers * n * 8.0 / (gbps * 1e9)
 
 
 def horizon_steps(steps_per_epoch: int, dim: int, workers: int, round_epochs: float | None = None,
@@ -90,6 +100,15 @@ def horizon_steps(steps_per_epoch: int, dim: int, workers: int, round_epochs: fl
         gbps, latency_us, step_ms = fabric
         return max(1, math.ceil(sync_seconds(dim, workers, gbps, latency_us) / (COMM_SHARE * step_ms * 1e-3)))
     return max(1, round((1.0 if round_epochs is None else round_epochs) * steps_per_epoch))
+
+
+def check_every(state_bytes: int, workers: int, fabric: tuple[float, float, float], horizon: int) -> int:
+    """m, the steps between two reductions of the trigger's state on ``fabric``: the fewest
+    whose reduction costs at most 5 % of their compute, ``⌈T(state) / (0.05·T_step)⌉``, and
+    at most the horizon H (a round is checked at least once per H steps)."""
+    gbps, latency_us, step_ms = fabric
+    t = sync_seconds(0, workers, gbps, latency_us, nbytes=state_bytes)
+    return max(1, min(horizon, math.ceil(t / (MONITOR_SHARE * step_ms * 1e-3))))
 
 
 def recalibrate(variance: float, round_steps: int, horizon: int) -> float:

@@ -85,3 +85,25 @@ def test_fda_every_refusals(tmp_path):
     assert proc.returncode == 2 and not out.exists()
     assert proc.stderr.strip().splitlines() == [
         "fdahpc.train: error: --fda-every 0: must be an integer >= 1 (1 checks the variance every step), e.g. 10"]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy", ["linearfda", "sketchfda"])
+def test_the_fabric_sets_the_cadence_unless_given(comm, strategy):
+    """--theta auto --theta-fabric without --fda-every: the state is reduced every m steps, m what
+    fdahpc.theta.check_every prices for this trigger's state on that fabric; --fda-every wins."""
+    from fdahpc.theta import check_every, horizon_steps
+
+    fabric = (1.0, 10_000.0, 5.0)
+    w = torch.zeros(D)
+    opts = dict(theta="auto", theta_fabric="1,10000,5")
+    trig = build_strategy(strategy_options(strategy, None, opts), comm, w, steps_per_epoch=10, num_samples=10).trigger
+    assert trig.horizon == horizon_steps(10, D, comm.world_size, fabric=fabric)
+    assert trig.every == check_every(trig.state_bytes, comm.world_size, fabric, trig.horizon)
+    assert trig.every == (1 if comm.world_size == 1 else trig.horizon)  # a 10 ms latency: once per horizon
+    trig = build_strategy(strategy_options(strategy, None, dict(opts, fda_every=2)), comm, w, steps_per_epoch=10,
+                          num_samples=10).trigger
+    assert trig.every == 2
+    plain = build_strategy(strategy_options(strategy, None, dict(theta="auto")), comm, w, steps_per_epoch=10,
+                           num_samples=10).trigger
+    assert plain.every == 1

@@ -12,7 +12,7 @@ import torch
 from fdahpc.config import TrainConfig
 from fdahpc.run import resolve
 from fdahpc.strategies import build_strategy, strategy_options
-from fdahpc.theta import horizon_steps, prior, recalibrate, sync_seconds
+from fdahpc.theta import check_every, horizon_steps, prior, recalibrate, sync_seconds
 
 D = 1000
 
@@ -27,6 +27,15 @@ def test_prior_horizon_and_recalibration_by_hand():
     # 1 Gb/s across sites (10 ms), 5 ms steps: 40 ms + 2.96 ms = 42.96 ms, / 0.5 ms -> 86 steps
     assert horizon_steps(469, 61706, 4, fabric=(1, 10_000, 5)) == 86
     assert horizon_steps(469, 61706, 1, fabric=(1, 10_000, 5)) == 1  # one rank never syncs over a wire
+    # The check cadence: LinearFDA's 8 bytes on the 1 Gb/s / 10 ms link cost 40 ms (latency), 160x 5 % of a 5 ms
+    # step: checked once per horizon (86), not every step.
+    assert check_every(8, 4, (1, 10_000, 5), 86) == 86
+    assert check_every(8, 4, (1, 10_000, 100), 5) == 5  # 40 ms / 5 ms -> 9, capped at H
+    # 10 Gb/s, 25 µs, 1 ms steps: 100 µs + 9.6 ns over 50 µs -> 3 steps (H = 4)
+    assert horizon_steps(469, 61706, 4, fabric=(10, 25, 1)) == 4 and check_every(8, 4, (10, 25, 1), 4) == 3
+    # 1 Gb/s, 2 µs, 1 ms: LinearFDA 8 µs + 96 ns -> every step; SketchFDA's 5 004 B, 8 µs + 60 µs -> every 2nd
+    assert check_every(8, 4, (1, 2, 1), 100) == 1 and check_every(4 * (1 + 5 * 250), 4, (1, 2, 1), 100) == 2
+    assert check_every(8, 1, (1, 10_000, 5), 1) == 1  # one rank: nothing on a wire
     assert recalibrate(0.5, 10, 40) == 2.0  # (40/10)·0.5
     assert recalibrate(0.5, 20, 40) == 1.0
     assert recalibrate(0.5, 2, 40) == 2.0  # a 2-step round: its rate stretched 4x at most, not 20x

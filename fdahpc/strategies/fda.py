@@ -30,7 +30,7 @@ import torch
 from ..comm import Communicator
 from ..comm.base import Done, Request
 from ..options import FDAOptions, SketchFDAOptions
-from ..theta import ROUND_CAP, horizon_steps, prior, recalibrate
+from ..theta import ROUND_CAP, check_every, horizon_steps, prior, recalibrate
 from .base import BuildContext, Trigger, trigger
 
 if TYPE_CHECKING:  # fdahpc.sketch imports Numba: only the sketch trigger needs it, at its construction
@@ -60,7 +60,9 @@ class _FDATrigger(Trigger):
     monitoring AllReduces. The estimate is computed from that step's drift, so at every
     checked step it is the same bound on the variance as with m = 1; between checks the
     variance is not watched and may pass Θ for up to m - 1 steps (FDA-Opt checks once
-    per local epoch for the same reason).
+    per local epoch for the same reason). ``every=None``: 1, or with a ``fabric``
+    (``--theta-fabric``) the cadence :func:`fdahpc.theta.check_every` prices for this
+    trigger's state (at most ``horizon``).
 
     ``horizon`` (``--theta auto``, :mod:`fdahpc.theta`) re-calibrates Θ after every
     synchronization the trigger decided: Θ = min(horizon / H_r, 4) · Var_r, H_r the round's
@@ -82,8 +84,9 @@ class _FDATrigger(Trigger):
     round_based = False  # rounds end when the workers' drifts say so
     _state: tuple[str, ...] = ("theta", "calibrating", "round_start", "trigger_step")
 
-    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0, every: int = 1,
-                 auto_steps: int | None = None, horizon: int | None = None, log_every: int = 1,
+    def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0,
+                 every: int | None = None, auto_steps: int | None = None, horizon: int | None = None,
+                 fabric: tuple[float, float, float] | None = None, log_every: int = 1,
                  log_variance: bool = False) -> None:
         # The options' checks, one wording for the command line, ModelAverager and this class.
         FDAOptions(theta="auto-once" if auto_steps is not None else theta, fda_lag=lag, fda_every=every,
@@ -92,6 +95,10 @@ class _FDATrigger(Trigger):
             raise ValueError(f"theta auto: the round horizon must be >= 1 step (got {horizon}) and excludes auto-once")
         if auto_steps is not None and auto_steps < 1:
             raise ValueError(f"theta auto-once: the calibration round must be >= 1 step, got {auto_steps}; raise --theta-auto-epochs")
+        if fabric is not None and horizon is None:
+            raise ValueError("theta auto: a fabric sets the round horizon and the check cadence; give the horizon too")
+        if every is None:  # by hand, else from the fabric's price of this trigger's state reduction, else every step
+            every = 1 if fabric is None else check_every(4 * state_len, comm.world_size, fabric, horizon)
         self.comm = comm
         self.lag = lag
         self.every = every
@@ -242,7 +249,7 @@ class _FDATrigger(Trigger):
                                     o.theta_fabric)
             theta = prior(ctx.dim)
         return dict(theta=theta, lag=o.fda_lag, every=o.fda_every, auto_steps=auto_steps, horizon=horizon,
-                    log_every=o.fda_log_every,
+                    fabric=o.theta_fabric if o.theta == "auto" else None, log_every=o.fda_log_every,
                     log_variance=o.log_variance)
 
 
