@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import os
 import sys
 from contextlib import redirect_stdout
@@ -75,6 +76,8 @@ MODELS = {
     "cnn": dict(targets="0.88,0.90", max_epochs=6, thetas="linear=64,256,1024;sketch=32,256", eval_every=100),
 }
 FEDAVG_EPOCHS = (0.25, 0.5, 1.0, 2.0)
+#: The frontier's training set (FashionMNIST) and batch: an epoch is ceil(60 000 / K / 32) steps per rank.
+TRAIN_SAMPLES, BATCH = 60_000, 32
 DEFAULT_SETTINGS = "lenet5/iid@4,lenet5/sorted:60@4,lenet5/iid@8=0.88,lenet5/sorted:60@8=0.88"
 
 
@@ -142,6 +145,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--auto-round-epochs", default="1",
                    help="--theta-round-epochs values (the horizon H) for LinearFDA's --theta auto runs (SketchFDA: the "
                         "first only; default 1)")
+    p.add_argument("--auto-cadences", default="", metavar="H:M[,...]",
+                   help="also run LinearFDA --theta auto with round horizon H steps and the state reduced every M "
+                        "steps, each pair given (what --theta-fabric picks on a fabric: time_to_accuracy.py --cadences "
+                        "prints the pairs its rows ask for)")
     p.add_argument("--auto-epochs", default="1",
                    help="--theta-auto-epochs values for LinearFDA's --theta auto-once runs (SketchFDA: the first only; default 1)")
     p.add_argument("--paper-baseline", type=float, metavar="LR",
@@ -179,11 +186,25 @@ def parse(argv=None) -> argparse.Namespace:
         args.auto_epochs = [float(x) for x in args.auto_epochs.split(",") if x.strip()]
         args.auto_round_epochs = [float(x) for x in args.auto_round_epochs.split(",") if x.strip()]
         args.auto_rules = {r.strip() for r in args.auto_rules.split(",") if r.strip()}
+        args.auto_cadences = [parse_cadence(x) for x in args.auto_cadences.split(",") if x.strip()]
         if not args.auto_rules <= {"auto", "auto-once"}:
             raise ValueError(f"--auto-rules {','.join(sorted(args.auto_rules))}: choose from auto,auto-once")
     except ValueError as exc:
         p.error(str(exc))
     return args
+
+
+def parse_cadence(text: str) -> tuple[int, int]:
+    """'H:M' -> (H, M), two whole numbers of steps >= 1."""
+    h, _, m = text.strip().partition(":")
+    if not (h.isdigit() and m.isdigit() and int(h) >= 1 and int(m) >= 1):
+        raise ValueError(f"--auto-cadences {text.strip()!r}: give HORIZON:EVERY in whole steps >= 1, e.g. 86:86")
+    return int(h), int(m)
+
+
+def steps_per_epoch(workers: int) -> int:
+    """Local steps of one epoch on each of ``workers`` ranks (FashionMNIST, batch 32)."""
+    return math.ceil(TRAIN_SAMPLES / workers / BATCH)
 
 
 def targets_of(args, setting: Setting) -> list[float]:
@@ -204,6 +225,9 @@ def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
         for i, h in enumerate(args.auto_round_epochs):  # the horizon always spelled out: run files of the old rule differ
             flag = f":theta-round-epochs={h:g}"
             entries += [f"linearfda:theta=auto{flag}"] + ([f"sketchfda:theta=auto{flag}"] if i == 0 else [])
+    if "auto" in only:  # H steps as the epochs --theta-round-epochs takes: round(E · steps per epoch) = H
+        entries += [f"linearfda:theta=auto:theta-round-epochs={h / steps_per_epoch(setting.workers):.9g}:fda-every={m}"
+                    for h, m in args.auto_cadences]
     if not args.no_auto and "auto" in only and "auto-once" in args.auto_rules:
         for i, w in enumerate(args.auto_epochs):
             flag = "" if w == 1 else f":theta-auto-epochs={w:g}"  # 1 is the default: the plain entry

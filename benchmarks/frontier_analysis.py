@@ -45,8 +45,9 @@ def knob_of(row: dict) -> str:
         if "theta=auto" not in row["entry"]:
             return f"Θ={float(row['theta']):g}"
         horizon = row["entry"].partition("theta-round-epochs=")[2].partition(":")[0]
-        if horizon:  # the rule re-calibrated every round
-            return f"auto (H {horizon} ep)"
+        if horizon:  # the rule re-calibrated every round (every m: the state reduced every m steps)
+            every = row["entry"].partition("fda-every=")[2].partition(":")[0]
+            return f"auto (H {horizon} ep" + (f", every {every})" if every else ")")
         # auto-once, or the same rule under its earlier name (a plain theta=auto entry without a horizon)
         epochs = row["entry"].partition("theta-auto-epochs=")[2]
         return f"auto-once ({epochs or '1'} ep)"

@@ -54,10 +54,17 @@ import frontier_analysis
 from frontier_analysis import FDA
 
 
+#: The frontier CSVs the report reads: the grids, and the runs of the cadences --theta-fabric picks.
+FRONTIER_CSVS = ("frontier.csv", "frontier_fabric.csv")
+FABRIC_OUT = "benchmarks/results/frontier_fabric"
+
+
 def parse(argv=None) -> argparse.Namespace:
     # usage suppressed: a bad flag is one line on stderr (the problem and its fix), exit 2
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
-    p.add_argument("--frontier", default=os.path.join(RESULTS, "frontier.csv"))
+    p.add_argument("--frontier", default=None,
+                   help="comma-separated frontier CSVs, read as one (default: frontier.csv and frontier_fabric.csv, the "
+                        "--theta-fabric cadences' runs)")
     p.add_argument("--scaling", default=os.path.join(RESULTS, "scaling.csv"))
     p.add_argument("--markdown", action="store_true",
                    help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times)")
@@ -75,7 +82,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--baseline", default=DILOCO_DEFAULT,
                    help="the run label of the published-defaults baseline the comm-bound rows compare with "
                         "(default: %(default)s)")
-    p.add_argument("--tuning-free", default="linearfda auto-once (1 ep)",
+    p.add_argument("--cadences", action="store_true",
+                   help="print, per setting, the frontier command that runs the (H, m) pairs the rows' 'auto (fabric)' "
+                        "methods ask for and the CSV lacks, and nothing else")
+    p.add_argument("--tuning-free", default="linearfda auto (fabric);linearfda auto-once (1 ep)",
                    help="';'-separated run labels (family and knob as the report prints them) that count as "
                         "tuning-free FDA (default: %(default)s)")
     args = p.parse_args(argv)
@@ -90,6 +100,12 @@ def parse(argv=None) -> argparse.Namespace:
         if not model or not n.isdigit() or int(n) < 1:
             p.error(f"--params {item!r}: give MODEL=COUNT with a whole parameter count, e.g. gpt=210000")
         args.known[model] = int(n)
+    if args.frontier is None:  # the defaults that exist (the cadences' runs may not yet)
+        args.frontier = ",".join(p for p in (os.path.join(RESULTS, f) for f in FRONTIER_CSVS) if os.path.exists(p))
+    args.frontier = [x for x in args.frontier.split(",") if x.strip()]
+    for path in args.frontier:
+        if not os.path.exists(path):
+            p.error(f"--frontier {path}: no such file; give frontier.py's CSV (benchmarks/results/frontier.csv)")
     args.baseline = args.baseline.strip()
     args.free = tuple(x.strip() for x in args.tuning_free.split(";") if x.strip())
     if not args.free:
@@ -122,10 +138,6 @@ def state_bytes(family: str) -> int:
     return 0
 
 
-#: The frontier's training set (FashionMNIST) and batch: an epoch is ceil(60 000 / K / 32) steps per rank.
-TRAIN_SAMPLES, BATCH = 60_000, 32
-
-
 def monitored_steps(row: dict) -> tuple[float, int]:
     """(steps that reduced FDA's state, extra monitoring bytes per rank): every step, except
     that ``--theta auto-once`` runs its first round (``auto-once (E ep)``) unmonitored and then
@@ -141,7 +153,7 @@ def monitored_steps(row: dict) -> tuple[float, int]:
     calib = re.search(r"\((\d+(?:\.\d+)?) ep\)", row["knob"])
     if calib is None:
         return steps / per, 0
-    calibration = round(float(calib.group(1)) * math.ceil(TRAIN_SAMPLES / int(row["workers"]) / BATCH))
+    calibration = round(float(calib.group(1)) * frontier.steps_per_epoch(int(row["workers"])))
     return max(0, steps - calibration) / per, 4
 
 
@@ -358,18 +370,49 @@ def priced_d(size: dict[str, float] | None, model: str, d: int) -> int:
     return int(size.get(model, size.get("*", d)))
 
 
+#: The tuning-free label whose run depends on the row: ``FAMILY auto (fabric)`` is, in each row, the
+#: run of ``--theta auto --theta-fabric`` with that row's fabric, step time and model size (its
+#: horizon H and check cadence m, :func:`fdahpc.theta.horizon_steps` and :func:`~fdahpc.theta.check_every`).
+FABRIC_AUTO = " auto (fabric)"
+_CADENCE = re.compile(r"auto \(H ([0-9.eE+-]+) ep, every (\d+)\)")
+
+
+def cadence(d: int, k: int, gbps: float, latency_us: float, step_s: float, family: str) -> tuple[int, int]:
+    """(H, m) that ``--theta auto --theta-fabric GBPS,LATENCY_US,STEP_MS`` picks for a model of ``d``
+    parameters on K ranks (the state priced at ``family``'s size)."""
+    from fdahpc.theta import check_every, horizon_steps
+
+    fabric = (gbps, latency_us, step_s * 1e3)
+    h = horizon_steps(1, d, k, fabric=fabric)
+    return h, check_every(state_bytes(family), k, fabric, h)
+
+
+def run_cadence(row: dict) -> tuple[int, int] | None:
+    """(H steps, m) of a frontier run made by ``--auto-cadences`` (knob 'auto (H E ep, every m)'), else None."""
+    m = _CADENCE.fullmatch(row["knob"])
+    if m is None:
+        return None
+    return round(float(m.group(1)) * frontier.steps_per_epoch(int(row["workers"]))), int(m.group(2))
+
+
 def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str, str], float],
               sizes: list[dict[str, float] | None], steps: list[float | None], fabrics=ROW_FABRICS,
               collective: str = "rabenseifner", tuning_free: tuple[str, ...] = ("linearfda auto-once (1 ep)",),
-              baseline: str = DILOCO_DEFAULT) -> list[dict]:
+              baseline: str = DILOCO_DEFAULT, ran: set | None = None, missing: dict | None = None) -> list[dict]:
     """One dict per (model size, step time, fabric, setting, target, tuning-free method): the
     fastest run, the communication share of a synchronous step, the best tuned run and the
     tuning-free run with its ratio, verdict and why. A measured step is priced only at a
     model's own size (the CPU measured that model); a setting whose model has no measured
-    step is priced with stated steps only."""
+    step is priced with stated steps only.
+
+    A ``FAMILY auto (fabric)`` label takes, in each row, the run of the (H, m) that row's
+    fabric gives (:func:`cadence`); a row whose (setting, (H, m)) is not in ``ran`` (no such
+    run at all) gets no verdict and is added to ``missing`` (setting -> {(H, m)})."""
     by_case: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         by_case.setdefault((r["setting"], r["target"]), []).append(r)
+    ran = set() if ran is None else ran
+    missing = {} if missing is None else missing
     out = []
     for size in sizes:
         for step in steps:
@@ -403,6 +446,14 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                     base = next((p.total for p, r in priced if run_label(r) == baseline), None)
                     for label in tuning_free:
                         free = best.get(label)
+                        if label.endswith(FABRIC_AUTO):  # this row's own run of the rule
+                            family = label[:-len(FABRIC_AUTO)]
+                            want = cadence(dp, k, f.gbps, f.latency_us, step_seconds(compute, model, "fedavg", step), family)
+                            free = min(((p, r) for p, r in priced if r["family"] == family and run_cadence(r) == want),
+                                       key=lambda x: x[0].total, default=None)
+                            if free is None and (setting, want) not in ran:
+                                missing.setdefault(setting, set()).add(want)
+                                continue  # never run: no verdict (time_to_accuracy.py --cadences lists what to run)
                         ratio = free[0].total / tuned[0].total if free and tuned else None
                         v = verdict(ratio) if tuned else ("met (alone)" if free else "none reached")
                         reason = ("-" if v == "met" or not free and not tuned else
@@ -532,8 +583,12 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
 def main(argv=None) -> int:
     args = parse(argv)
     compute = compute_per_step(args.scaling)
-    with open(args.frontier, newline="") as fh:
-        runs = [dict(r, knob=frontier_analysis.current_knob(r["knob"])) for r in csv.DictReader(fh) if r["reached"] == "True"]
+    every_run = []
+    for path in args.frontier:
+        with open(path, newline="") as fh:
+            every_run += [dict(r, knob=frontier_analysis.current_knob(r["knob"])) for r in csv.DictReader(fh)]
+    runs = [r for r in every_run if r["reached"] == "True"]
+    ran = {(r["setting"], run_cadence(r)) for r in every_run if run_cadence(r)}
     params: dict[str, int] = {}
     for model in dict.fromkeys(r["model"] for r in runs):
         if model in args.known:
@@ -547,6 +602,16 @@ def main(argv=None) -> int:
         if model not in params:
             print(f"note: --params {model}: no run of that model reached a target in the CSV")
     runs = [r for r in runs if r["model"] in params]
+    missing: dict[str, set] = {}
+    report_rows = time_rows(runs, params, compute, args.sizes, args.steps, collective=args.collective,
+                            tuning_free=args.free, baseline=args.baseline, ran=ran, missing=missing)
+    if args.cadences:
+        for setting, pairs in missing.items():
+            cap = " --max-epochs 6" if frontier.parse_setting(setting).optimizer else ""  # the caps the CSV's runs had
+            print(f"python benchmarks/frontier.py --settings {setting} --only auto --auto-rules auto --auto-round-epochs '' "
+                  f"--auto-cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))}{cap} --seeds 0 --resume "
+                  f"--out {FABRIC_OUT}" + (f" --merge {FABRIC_OUT}.csv" if os.path.exists(os.path.join(REPO_ROOT, FABRIC_OUT + '.csv')) else ""))
+        return 0
     by_case: dict[tuple[str, str], list[dict]] = {}
     summaries: dict[tuple[str, float], tuple[list[str], list[str]]] = {}
     for r in runs:
@@ -562,7 +627,7 @@ def main(argv=None) -> int:
                          ["fabric", "family's fastest run", "steps", "model syncs", "seconds", ""], table,
                          "model syncs: model AllReduces to the target, from the run's measured bytes; seconds: modelled")
     if args.markdown:
-        print("\n".join(markdown(summaries, frontier_analysis.read_points([args.frontier]))))
+        print("\n".join(markdown(summaries, frontier_analysis.read_points(args.frontier))))
         return 0
     names = list(FABRICS)
     print_report("Fastest family per setting, target and fabric (its lead over the runner-up), and FedAvg's fastest "
@@ -574,10 +639,12 @@ def main(argv=None) -> int:
     labels = {run_label(r) for r in runs}
     for name in (*args.free, args.baseline):
         if name not in labels:  # said, not silently ignored: the CSV has no such run (yet)
-            print(f"note: no run labelled {name!r} reached any target in {os.path.relpath(args.frontier, REPO_ROOT)}; "
+            print(f"note: no run labelled {name!r} reached any target in {', '.join(os.path.relpath(f, REPO_ROOT) for f in args.frontier)}; "
                   "its columns are '-'")
-    row_report(time_rows(runs, params, compute, args.sizes, args.steps, collective=args.collective,
-                         tuning_free=args.free, baseline=args.baseline), args.collective, args.baseline)
+    for setting, pairs in missing.items():  # said, not silently left out
+        print(f"note: {setting}: no run of (H, m) {', '.join(f'{h}:{m}' for h, m in sorted(pairs))}; the rows that ask for "
+              "them have no 'auto (fabric)' verdict (time_to_accuracy.py --cadences prints the command)")
+    row_report(report_rows, args.collective, args.baseline)
     return 0
 
 

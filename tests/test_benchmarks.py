@@ -786,7 +786,44 @@ def test_default_outputs_and_inputs_are_in_benchmarks_results():
     prefixes = [comm_cost.parse([]).out, scaling.parse([]).out, frontier.parse([]).out]
     assert prefixes == [os.path.join(RESULTS, name) for name in ("comm_cost", "scaling", "frontier")]
     tta = time_to_accuracy.parse([])
-    assert (tta.frontier, tta.scaling) == (os.path.join(RESULTS, "frontier.csv"), os.path.join(RESULTS, "scaling.csv"))
+    # the grids' CSV, and the --theta-fabric cadences' runs where they exist
+    assert tta.frontier[0] == os.path.join(RESULTS, "frontier.csv") and tta.scaling == os.path.join(RESULTS, "scaling.csv")
+    assert tta.frontier[1:] in ([], [os.path.join(RESULTS, "frontier_fabric.csv")])
     argv = fedqs_regime.semiasync_argv(fedqs_regime.parse([]), "dirichlet:0.1")
     assert argv[argv.index("--csv") + 1] == os.path.join(RESULTS, "fedqs_regime_dirichlet0.1.csv")
     assert len(fedqs_regime.table("dirichlet:0.1", list(fedqs_regime.METHODS))) > 2  # reads the committed CSV
+
+
+def test_time_model_fabric_auto_takes_each_rows_own_cadence():
+    """'linearfda auto (fabric)': in each row, the run of the (H, m) that --theta-fabric picks for
+    that row's fabric and step; a row whose cadence never ran gets no verdict and is listed."""
+    import frontier
+    import time_to_accuracy as tta
+    from cost_model import FABRICS, fabric_alpha_beta
+    from fdahpc.theta import check_every, horizon_steps
+
+    d, k, spe = 61706, 4, frontier.steps_per_epoch(4)
+    assert spe == 469
+    # 1 Gb/s, 10 ms, 10 ms steps: T_sync = 40 ms + 1.5·246 824 B·8 ns = 42.96 ms -> H = 43 (<= 10 % of compute);
+    # the 8-byte state costs 40 ms, 80x 5 % of a step -> m = 81, capped at H
+    assert tta.cadence(d, k, 1.0, 10_000.0, 0.01, "linearfda") == (43, 43)
+    assert (43, 43) == (horizon_steps(spe, d, k, fabric=(1, 10_000, 10)), check_every(8, k, (1, 10_000, 10), 43))
+    model = 2 * k * 4 * d
+    base = dict(setting="s", model="m", workers=str(k), target="0.9", run_files="x", auto="True", family="linearfda")
+    mine = dict(base, knob=f"auto (H {43 / spe:.9g} ep, every 43)", steps="301", gb=(3 * model + k * 7 * 8) / 1e9)
+    other = dict(base, knob=f"auto (H {5 / spe:.9g} ep, every 1)", steps="200", gb=(20 * model + k * 200 * 8) / 1e9)
+    sync = dict(base, family="synchronous", knob="", auto="False", steps="100", gb=100 * model / 1e9)
+    assert tta.run_cadence(mine) == (43, 43) and tta.run_cadence(other) == (5, 1) and tta.run_cadence(sync) is None
+    compute = {("m", f): 0.01 for f in ("fedavg", "linearfda", "synchronous")}
+    ran = {("s", (43, 43)), ("s", (5, 1))}
+    missing: dict = {}
+    rows = tta.time_rows([mine, other, sync], {"m": d}, compute, [None], [None], fabrics=("cross-site-1g", "ethernet-10g"),
+                         tuning_free=("linearfda auto (fabric)",), ran=ran, missing=missing)
+    a, b = fabric_alpha_beta(FABRICS["cross-site-1g"].gbps, FABRICS["cross-site-1g"].latency_us)
+    t = lambda n: 4 * a + 1.5 * n * b  # noqa: E731
+    # by hand: 301 steps, 3 syncs, 301/43 = 7 checks of 8 bytes
+    assert len(rows) == 1 and rows[0]["fabric"] == "cross-site-1g"
+    assert rows[0]["free_s"] == pytest.approx(3.01 + 3 * t(4 * d) + 7 * t(8))
+    assert rows[0]["tuned_s"] == pytest.approx(1.0 + 100 * t(4 * d))  # only Synchronous is tuned here
+    # on 10 Gb/s a 10 ms step asks for H = 1, m = 1: never run, so no row there, and said
+    assert missing == {"s": {(1, 1)}}

@@ -1,0 +1,18 @@
+#!/bin/sh
+# The runs of tuning-free FDA on stated hardware: for each frontier setting named (default:
+# the three of docs/theta_auto.md, then two K = 8 ones), LinearFDA --theta auto at every
+# (horizon H, check cadence m) that --theta-fabric picks in one of the per-row report's rows
+# (fabric x step time x model size), seed 0, into benchmarks/results/frontier_fabric.csv.
+# The commands come from `time_to_accuracy.py --cadences`, which lists only what that CSV
+# lacks, so the script resumes where it stopped. From the repository root:
+#   nice -n 10 sh benchmarks/theta_fabric.sh [SETTING ...]
+#   python benchmarks/time_to_accuracy.py     # the report, with 'linearfda auto (fabric)' rows
+set -e
+[ $# -gt 0 ] || set -- lenet5/iid@4 lenet5/dirichlet:0.1@4/adam:0.001 lenet5/classes:2@4/sgd:0.1 lenet5/sorted:60@8 \
+    lenet5/dirichlet:0.1@8/sgd:0.1
+for setting in "$@"; do
+    cmd=$(python benchmarks/time_to_accuracy.py --cadences | grep -F -e "--settings $setting " || true)
+    if [ -z "$cmd" ]; then echo "# $setting: nothing to run"; continue; fi
+    echo "# $cmd"
+    eval "$cmd"
+done
