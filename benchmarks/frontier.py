@@ -138,6 +138,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--max-epochs", type=float, help="epoch cap per run (default: the model's)")
     p.add_argument("--fedavg-epochs", default=",".join(f"{e:g}" for e in FEDAVG_EPOCHS),
                    help="FedAvg round lengths in epochs (default 0.25,0.5,1,2)")
+    p.add_argument("--diloco-steps", default="",
+                   help="DiLoCo's round lengths H in inner steps, e.g. 50,200,500 (its preset: inner AdamW, outer "
+                        "Nesterov SGD 0.7/0.9; published H = 500; a setting's /OPTIMIZER:LR replaces the inner "
+                        "optimizer, as for every run); default none")
     p.add_argument("--no-auto", action="store_true", help="leave out the --theta auto runs")
     p.add_argument("--auto-rules", default="auto,auto-once",
                    help="which Θ rules the auto runs use: auto (re-calibrated every round, horizons --auto-round-epochs), "
@@ -183,6 +187,10 @@ def parse(argv=None) -> argparse.Namespace:
         if args.paper_baseline is not None and any(s.optimizer for s in args.settings):
             raise ValueError("--paper-baseline compares FDA's preset Adam with SGD FedAvg: leave /OPTIMIZER:LR out of --settings")
         args.fedavg_epochs = [float(x) for x in args.fedavg_epochs.split(",") if x.strip()]
+        steps = [x.strip() for x in args.diloco_steps.split(",") if x.strip()]
+        if not all(x.isdigit() and int(x) >= 1 for x in steps):
+            raise ValueError(f"--diloco-steps {args.diloco_steps}: give whole round lengths >= 1 step, e.g. 50,200,500")
+        args.diloco_steps = [int(x) for x in steps]
         args.auto_epochs = [float(x) for x in args.auto_epochs.split(",") if x.strip()]
         args.auto_round_epochs = [float(x) for x in args.auto_round_epochs.split(",") if x.strip()]
         args.auto_rules = {r.strip() for r in args.auto_rules.split(",") if r.strip()}
@@ -218,7 +226,8 @@ def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
     only = args.only
     entries = (["synchronous"] * ("synchronous" in only) + [f"fedavg:local-epochs={e:g}" for e in args.fedavg_epochs
                                                             if "fedavg" in only]
-               + [f for f in FDA if f in only])
+               + [f for f in FDA if f in only]
+               + [f"diloco:tau={h}" for h in args.diloco_steps if "diloco" in only])
     if args.paper_baseline is not None and "paper" in only:
         entries.append(f"fedavg:local-epochs=1:optimizer=sgd:lr={args.paper_baseline:g}")
     if not args.no_auto and "auto" in only and "auto" in args.auto_rules:

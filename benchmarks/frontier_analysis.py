@@ -16,7 +16,7 @@ FAMILIES = ("synchronous", "fedavg", "linearfda", "sketchfda", "fedavg-sgd")  # 
 FDA = ("linearfda", "sketchfda")  #: the dynamic-averaging families
 #: ``--only``'s names: the families of a setting's runs (``auto``: FDA with ``--theta auto``;
 #: ``paper``: ``--paper-baseline``'s FedAvg).
-ONLY = ("synchronous", "fedavg", "linearfda", "sketchfda", "auto", "paper")
+ONLY = ("synchronous", "fedavg", "linearfda", "sketchfda", "auto", "paper", "diloco")
 #: ``--paper-baseline``: the FDA paper's own FedAvg (SGD clients, 1-epoch rounds) against FDA
 #: with the presets' Adam: reported apart, not counted as a like-for-like FedAvg point.
 PAPER = "fedavg-sgd"
@@ -41,6 +41,8 @@ def knob_of(row: dict) -> str:
         return f"1 ep, sgd {row['entry'].partition(':lr=')[2]}"
     if row["family"] == "fedavg":
         return row["entry"].partition("local-epochs=")[2] + " ep"
+    if row["family"] == "diloco":  # its round: H inner steps
+        return "H=" + row["entry"].partition("tau=")[2].partition(":")[0]
     if row["family"] in FDA:
         if "theta=auto" not in row["entry"]:
             return f"Θ={float(row['theta']):g}"

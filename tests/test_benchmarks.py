@@ -282,6 +282,31 @@ def test_frontier_settings_carry_the_local_optimizer_into_every_run():
             frontier.parse_setting(bad)
 
 
+def test_frontier_runs_the_fabric_cadences_and_a_diloco_grid():
+    """--auto-cadences H:M: LinearFDA --theta auto with a horizon of H steps (as epochs that round
+    back to H) and --fda-every M, labelled so the time report finds them; --diloco-steps: DiLoCo's
+    rounds, labelled 'H=...'."""
+    import frontier
+    import frontier_analysis
+    import time_to_accuracy as tta
+
+    args = frontier.parse(["--settings", "lenet5/iid@8", "--only", "auto,diloco", "--auto-rules", "auto",
+                           "--auto-round-epochs", "", "--auto-cadences", "43:43,1:1", "--diloco-steps", "50,500"])
+    jobs = frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))
+    flags = [" ".join(j.flags) for j in jobs]
+    assert len(jobs) == 4 and sum("--strategy diloco --tau" in f for f in flags) == 2
+    fda = [f for f in flags if "--fda-every 43" in f]
+    assert len(fda) == 1 and "--theta auto --theta-round-epochs 0.182978723" in fda[0]  # 43 / 235 steps an epoch
+    assert round(0.182978723 * frontier.steps_per_epoch(8)) == 43
+    row = dict(family="linearfda", entry="linearfda:theta=auto:theta-round-epochs=0.182978723:fda-every=43", theta="auto")
+    knob = frontier_analysis.knob_of(row)
+    assert knob == "auto (H 0.182978723 ep, every 43)" and tta.run_cadence(dict(knob=knob, workers="8")) == (43, 43)
+    assert frontier_analysis.knob_of(dict(family="diloco", entry="diloco:tau=500", theta="")) == "H=500"
+    for bad in (["--auto-cadences", "43"], ["--auto-cadences", "0:1"], ["--diloco-steps", "x"]):
+        with pytest.raises(SystemExit):
+            frontier.parse(["--settings", "lenet5/iid@8", *bad])
+
+
 def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path, capsys):
     """The CSV is what outlives a machine: a report rebuilt from it equals the original, and a
     new run replaces the same point or adds its own."""
