@@ -445,7 +445,7 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                                      key=lambda x: x[0].total, default=None)
                     base = next((p.total for p, r in priced if run_label(r) == baseline), None)
                     for label in tuning_free:
-                        free = best.get(label)
+                        free, want = best.get(label), None
                         if label.endswith(FABRIC_AUTO):  # this row's own run of the rule
                             family = label[:-len(FABRIC_AUTO)]
                             want = cadence(dp, k, f.gbps, f.latency_us, step_seconds(compute, model, "fedavg", step), family)
@@ -463,7 +463,7 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                                         sync_share=comm / (sync_step + comm), fastest=run_label(fast_r),
                                         fastest_s=fast_p.total, tuned=tuned and run_label(tuned[1]),
                                         tuned_s=tuned and tuned[0].total, method=label, free_s=free and free[0].total,
-                                        ratio=ratio, verdict=v, why=reason,
+                                        ratio=ratio, verdict=v, why=reason, cadence=want,
                                         sync_s=tuned_sync and tuned_sync[0].total, baseline_s=base))
     return out
 
@@ -477,7 +477,8 @@ def row_table(rows: list[dict]) -> list[list]:
     num = lambda x, f="{:.1f}": "-" if x is None else f.format(x)  # noqa: E731
     return [[f"{r['size']:,}", step_name(r["step"]), r["fabric"], r["setting"], f"{r['target']:g}",
              f"{r['sync_share']:.0%}", f"{r['fastest']} {r['fastest_s']:.1f}", f"{r['tuned'] or '-'} {num(r['tuned_s'])}",
-             num(r["free_s"]), num(r["ratio"], "{:.2f}x"), r["verdict"], r["why"]] for r in rows]
+             num(r["free_s"]) + (" (H {}, m {})".format(*r["cadence"]) if r.get("cadence") else ""),
+             num(r["ratio"], "{:.2f}x"), r["verdict"], r["why"]] for r in rows]
 
 
 def counts(rows: list[dict]) -> dict[str, int]:
