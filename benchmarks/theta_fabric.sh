@@ -4,15 +4,22 @@
 # (horizon H, check cadence m) that --theta-fabric picks in one of the per-row report's rows
 # (fabric x step time x model size), seed 0, into benchmarks/results/frontier_fabric.csv.
 # The commands come from `time_to_accuracy.py --cadences`, which lists only what that CSV
-# lacks, so the script resumes where it stopped. From the repository root:
+# lacks, so the script resumes where it stopped. With DILOCO=50,500 (say) each setting's
+# DiLoCo runs of those H follow its cadences, into the same CSV. From the repository root:
 #   nice -n 10 sh benchmarks/theta_fabric.sh [SETTING ...]
 #   python benchmarks/time_to_accuracy.py     # the report, with 'linearfda auto (fabric)' rows
 set -e
 [ $# -gt 0 ] || set -- lenet5/iid@4 lenet5/dirichlet:0.1@4/adam:0.001 lenet5/classes:2@4/sgd:0.1 lenet5/sorted:60@8 \
     lenet5/dirichlet:0.1@8/sgd:0.1
+out=benchmarks/results/frontier_fabric
 for setting in "$@"; do
     cmd=$(python benchmarks/time_to_accuracy.py --cadences | grep -F -e "--settings $setting " || true)
-    if [ -z "$cmd" ]; then echo "# $setting: nothing to run"; continue; fi
-    echo "# $cmd"
-    eval "$cmd"
+    if [ -n "$cmd" ]; then echo "# $cmd"; eval "$cmd"; else echo "# $setting: every cadence ran"; fi
+    if [ -n "${DILOCO:-}" ]; then
+        cap=$(case "$setting" in */*/*) echo "--max-epochs 6";; esac)  # the caps of the CSV's runs (as --cadences)
+        merge=$([ -f $out.csv ] && echo "--merge $out.csv" || true)
+        echo "# diloco $setting $DILOCO"
+        python benchmarks/frontier.py --settings "$setting" --only diloco --diloco-steps "$DILOCO" $cap --seeds 0 \
+            --resume --out $out $merge
+    fi
 done

@@ -82,7 +82,8 @@ class ThresholdOptions:
                                                                      "(bandwidth per rank, per-message latency, one "
                                                                      "step's compute): H = the shortest round whose "
                                                                      "model AllReduce costs <= 10 %% of its compute, "
-                                                                     "e.g. 10,25,20")
+                                                                     "e.g. 10,25,20; measure: the three timed in the "
+                                                                     "job's first steps (not bit-reproducible)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "theta", theta_value(self.theta))

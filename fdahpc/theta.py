@@ -42,6 +42,14 @@ calibrated from the last):
   ``m = ⌈T_state / (0.05 · T_step)⌉`` steps (:data:`MONITOR_SHARE`), at most H, so that on a
   high-latency link the monitoring costs at most 5 % of the compute instead of one latency
   per step (``--fda-every`` given by hand wins).
+- ``--theta-fabric measure`` takes the three times from the job itself instead of a stated
+  fabric: at its first step the trigger times a model AllReduce and a state AllReduce (the
+  fastest of 3 each), then the compute between its calls over :data:`MEASURE_STEPS` steps;
+  the ranks average the three times (one 12-byte AllReduce) and set H and m from them
+  (:func:`horizon_from_seconds`, :func:`every_from_seconds`). Until then the round aims at
+  the default horizon (1 epoch) and checks every step. Measured times differ from run to
+  run, so such a run is not bit-reproducible; its run file records the times
+  (``fda_fabric/*``).
 - Var_r ≤ 0 (one worker): nothing to average; Θ becomes ∞ and the run never syncs again
   (except at the round cap).
 """
@@ -50,8 +58,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["THETA_PER_PARAM", "COMM_SHARE", "MAX_STRETCH", "ROUND_CAP", "MONITOR_SHARE", "prior", "sync_seconds",
-           "horizon_steps", "check_every", "recalibrate", "fabric_value"]
+__all__ = ["THETA_PER_PARAM", "COMM_SHARE", "MAX_STRETCH", "ROUND_CAP", "MONITOR_SHARE", "MEASURE", "MEASURE_STEPS",
+           "prior", "sync_seconds", "horizon_steps", "horizon_from_seconds", "check_every", "every_from_seconds",
+           "recalibrate", "fabric_value"]
 
 #: Θ_0 per trainable parameter: the FDA paper's tuned Θ ≈ 3–5·10⁻⁵·d, its middle.
 THETA_PER_PARAM = 4e-5
@@ -61,6 +70,9 @@ COMM_SHARE = 0.1
 MONITOR_SHARE = 0.05
 #: The most a round's variance is scaled up: Θ_{r+1} <= 4·Var_r, however short round r was.
 MAX_STRETCH = 4.0
+#: ``--theta-fabric measure``: the steps whose compute is timed before H and m are set.
+MEASURE_STEPS = 10
+MEASURE = "measure"
 #: FDA-Opt's E_max in horizons: a round of ROUND_CAP·H steps ends whatever the estimate.
 ROUND_CAP = 2
 
@@ -70,8 +82,11 @@ def prior(dim: int) -> float:
     return THETA_PER_PARAM * dim
 
 
-def fabric_value(text) -> tuple[float, float, float]:
-    """``--theta-fabric GBPS,LATENCY_US,STEP_MS`` (or a 3-sequence) as three positive floats."""
+def fabric_value(text) -> tuple[float, float, float] | str:
+    """``--theta-fabric GBPS,LATENCY_US,STEP_MS`` (or a 3-sequence) as three positive floats, or
+    ``measure`` (:data:`MEASURE`) as it is."""
+    if isinstance(text, str) and text.strip() == MEASURE:
+        return MEASURE
     parts = text.split(",") if isinstance(text, str) else text
     try:
         values = tuple(float(x) for x in parts)
@@ -79,7 +94,7 @@ def fabric_value(text) -> tuple[float, float, float]:
         values = ()
     if len(values) != 3 or not all(math.isfinite(v) and v > 0 for v in values):
         raise ValueError(f"--theta-fabric {text}: give bandwidth Gb/s, latency µs and step compute ms, three positive "
-                         "numbers, e.g. 10,25,20")
+                         "numbers, e.g. 10,25,20, or measure")
     return values
 
 
@@ -98,8 +113,20 @@ def horizon_steps(steps_per_epoch: int, dim: int, workers: int, round_epochs: fl
     """H, the round length (steps) Θ aims at: from the fabric when given, else ``round_epochs`` (default 1) epochs."""
     if fabric is not None:
         gbps, latency_us, step_ms = fabric
-        return max(1, math.ceil(sync_seconds(dim, workers, gbps, latency_us) / (COMM_SHARE * step_ms * 1e-3)))
+        return horizon_from_seconds(sync_seconds(dim, workers, gbps, latency_us), step_ms)
     return max(1, round((1.0 if round_epochs is None else round_epochs) * steps_per_epoch))
+
+
+def horizon_from_seconds(sync_s: float, step_ms: float) -> int:
+    """H from times: the fewest steps whose compute (``step_ms`` each) a model AllReduce of
+    ``sync_s`` seconds costs at most 10 % of."""
+    return max(1, math.ceil(sync_s / (COMM_SHARE * step_ms * 1e-3))) if step_ms > 0 else 1
+
+
+def every_from_seconds(state_s: float, step_ms: float, horizon: int) -> int:
+    """m from times: the fewest steps whose compute a state reduction of ``state_s`` seconds
+    costs at most 5 % of, and at most H."""
+    return max(1, min(horizon, math.ceil(state_s / (MONITOR_SHARE * step_ms * 1e-3)))) if step_ms > 0 else 1
 
 
 def check_every(state_bytes: int, workers: int, fabric: tuple[float, float, float], horizon: int) -> int:
@@ -107,8 +134,7 @@ def check_every(state_bytes: int, workers: int, fabric: tuple[float, float, floa
     whose reduction costs at most 5 % of their compute, ``⌈T(state) / (0.05·T_step)⌉``, and
     at most the horizon H (a round is checked at least once per H steps)."""
     gbps, latency_us, step_ms = fabric
-    t = sync_seconds(0, workers, gbps, latency_us, nbytes=state_bytes)
-    return max(1, min(horizon, math.ceil(t / (MONITOR_SHARE * step_ms * 1e-3))))
+    return every_from_seconds(sync_seconds(0, workers, gbps, latency_us, nbytes=state_bytes), step_ms, horizon)
 
 
 def recalibrate(variance: float, round_steps: int, horizon: int) -> float:

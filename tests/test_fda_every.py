@@ -107,3 +107,37 @@ def test_the_fabric_sets_the_cadence_unless_given(comm, strategy):
     plain = build_strategy(strategy_options(strategy, None, dict(theta="auto")), comm, w, steps_per_epoch=10,
                            num_samples=10).trigger
     assert plain.every == 1
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("given", [None, 3])
+def test_a_measured_fabric_sets_the_cadence_after_the_timed_steps(comm, given):
+    """--theta-fabric measure: the first MEASURE_STEPS steps aim at the default horizon and check
+    every step (or every --fda-every); then H and m come from the recorded times, the same on
+    every rank, and travel with a checkpoint."""
+    from fdahpc.theta import MEASURE_STEPS, every_from_seconds, horizon_from_seconds
+
+    w = torch.zeros(D)
+    opts = dict(theta="auto", theta_fabric="measure", **({"fda_every": given} if given else {}))
+    strat = build_strategy(strategy_options("linearfda", None, opts), comm, w, steps_per_epoch=10, num_samples=10)
+    strat.reset()
+    records = {}
+    strat.sink = lambda name, value: records.setdefault(name, []).append(value)
+    trig = strat.trigger
+    assert (trig.horizon, trig.every) == (10, given or 1)
+    for t in range(1, MEASURE_STEPS + 2):
+        w.add_(0.01 * (comm.rank + 1))
+        strat.after_step()
+        if t <= MEASURE_STEPS:
+            assert trig.every == (given or 1)
+    sync_s, state_s, step_s = (records[f"fda_fabric/{n}_seconds"][0] for n in ("sync", "state", "step"))
+    assert step_s > 0 and sync_s >= 0 and state_s >= 0
+    assert trig.horizon == horizon_from_seconds(sync_s, step_s * 1e3) == records["fda_fabric/horizon"][0]
+    assert trig.every == (given or every_from_seconds(state_s, step_s * 1e3, trig.horizon))
+    same = comm.allgather_obj((trig.horizon, trig.every, step_s))
+    assert all(x == same[0] for x in same)
+    state = trig.state_dict()
+    fresh = build_strategy(strategy_options("linearfda", None, opts), comm, torch.zeros(D), steps_per_epoch=10,
+                           num_samples=10).trigger
+    fresh.load_state_dict(state)
+    assert (fresh.horizon, fresh.every, fresh._probe) == (trig.horizon, trig.every, None)

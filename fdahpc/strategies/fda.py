@@ -22,6 +22,8 @@ makes the estimate non-positive.
 
 from __future__ import annotations
 
+import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +32,8 @@ import torch
 from ..comm import Communicator
 from ..comm.base import Done, Request
 from ..options import FDAOptions, SketchFDAOptions
-from ..theta import ROUND_CAP, check_every, horizon_steps, prior, recalibrate
+from ..theta import (MEASURE, MEASURE_STEPS, ROUND_CAP, check_every, every_from_seconds, horizon_from_seconds,
+                     horizon_steps, prior, recalibrate)
 from .base import BuildContext, Trigger, trigger
 
 if TYPE_CHECKING:  # fdahpc.sketch imports Numba: only the sketch trigger needs it, at its construction
@@ -82,7 +85,7 @@ class _FDATrigger(Trigger):
     needs_anchor = True
     theta_driven = True
     round_based = False  # rounds end when the workers' drifts say so
-    _state: tuple[str, ...] = ("theta", "calibrating", "round_start", "trigger_step")
+    _state: tuple[str, ...] = ("theta", "calibrating", "round_start", "trigger_step", "horizon", "every", "_probe")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0,
                  every: int | None = None, auto_steps: int | None = None, horizon: int | None = None,
@@ -97,8 +100,11 @@ class _FDATrigger(Trigger):
             raise ValueError(f"theta auto-once: the calibration round must be >= 1 step, got {auto_steps}; raise --theta-auto-epochs")
         if fabric is not None and horizon is None:
             raise ValueError("theta auto: a fabric sets the round horizon and the check cadence; give the horizon too")
+        # --theta-fabric measure: (H, m) set from times taken in the first steps (_probe); until then the given
+        # horizon and every step. --fda-every by hand always wins.
+        self._probe: dict | None = {"every": every, "steps": [], "last": None} if fabric == MEASURE else None
         if every is None:  # by hand, else from the fabric's price of this trigger's state reduction, else every step
-            every = 1 if fabric is None else check_every(4 * state_len, comm.world_size, fabric, horizon)
+            every = 1 if fabric in (None, MEASURE) else check_every(4 * state_len, comm.world_size, fabric, horizon)
         self.comm = comm
         self.lag = lag
         self.every = every
@@ -125,6 +131,44 @@ class _FDATrigger(Trigger):
     def should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor, loss: float | None = None) -> bool:
         if self._u is None:
             self._allocate(w)
+        if self._probe is None:
+            return self._should_sync(step, w, anchor)
+        probe = self._probe
+        if probe["last"] is None:  # the first step: time the two collectives the fabric is priced by
+            probe["sync_s"], probe["state_s"] = self._time_allreduce(self._u), self._time_allreduce(self.state)
+        else:  # the local step since this trigger's last call (a model sync in between excluded: on_sync)
+            probe["steps"].append(time.perf_counter() - probe["last"])
+            if len(probe["steps"]) == MEASURE_STEPS:
+                self._set_cadence(probe)
+        sync = self._should_sync(step, w, anchor)
+        if self._probe is not None:
+            probe["last"] = time.perf_counter()
+        return sync
+
+    def _time_allreduce(self, buf: torch.Tensor, repeats: int = 3) -> float:
+        """The fastest of ``repeats`` AllReduces of a buffer like ``buf`` (zeros), in seconds."""
+        scratch, best = torch.zeros_like(buf), math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self.comm.allreduce_mean_(scratch, "monitor")
+            if scratch.is_cuda:
+                torch.cuda.synchronize(scratch.device)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    def _set_cadence(self, probe: dict) -> None:
+        """--theta-fabric measure, after MEASURE_STEPS steps: the ranks' mean times (each rank's
+        median step) set H and m."""
+        step = float(np.median(probe["steps"]))
+        times = torch.tensor([probe["sync_s"], probe["state_s"], step], dtype=torch.float64)
+        sync_s, state_s, step_s = (float(x) for x in self.comm.allreduce_mean_(times, "monitor"))
+        self.horizon = horizon_from_seconds(sync_s, step_s * 1e3)
+        self.every = probe["every"] or every_from_seconds(state_s, step_s * 1e3, self.horizon)
+        self.record("fda_fabric", sync_seconds=sync_s, state_seconds=state_s, step_seconds=step_s, horizon=self.horizon,
+                    every=self.every)
+        self._probe = None
+
+    def _should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
         self.trigger_step = step
         if self.calibrating:
             return self._end_of_calibration(step, w, anchor)
@@ -182,6 +226,8 @@ class _FDATrigger(Trigger):
             self._pending = None
         if self.horizon is not None:
             self._recalibrate(old_anchor, new_anchor)
+        if self._probe is not None and self._probe["last"] is not None:  # the sync's AllReduce is not compute
+            self._probe["last"] = time.perf_counter()
         if self.calibrating and self._mean_sq is not None:
             variance = float(self._mean_sq[0]) - self.mean_drift_sq(old_anchor, new_anchor)
             # K = 1 has no variance to bound: nothing to average, never synchronize again.
@@ -225,7 +271,10 @@ class _FDATrigger(Trigger):
         return {**super().state_dict(), "reduced_state": self.state.clone() if self._pending is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
+        # checkpoints from before --theta-fabric measure lack the cadence: the options' own stays
+        super().load_state_dict({"horizon": self.horizon, "every": self.every, "_probe": self._probe, **state})
+        if self._probe is not None:  # the timing restarts with the resumed job (a probe's last call was another process's)
+            self._probe = {"every": self._probe["every"], "steps": [], "last": None}
         reduced = state.get("reduced_state")
         self._pending = None
         if reduced is not None:
@@ -239,14 +288,14 @@ class _FDATrigger(Trigger):
         steps), the lag, the check interval and the records."""
         auto_steps = horizon = None
         theta = o.theta
-        if o.auto and ctx.steps_per_epoch is None and o.theta_fabric is None:
+        stated = o.theta_fabric if o.theta_fabric != MEASURE else None  # measured: the default horizon until then
+        if o.auto and ctx.steps_per_epoch is None and stated is None:
             raise ValueError(f"theta {o.theta}: its round is counted in epochs and needs the epoch length; give "
                              "steps_per_epoch= (or a number for theta)")
         if o.theta == "auto-once":
             auto_steps, theta = max(1, round(o.calibration_epochs * ctx.steps_per_epoch)), 0.0
         elif o.theta == "auto":
-            horizon = horizon_steps(ctx.steps_per_epoch or 1, ctx.dim, ctx.comm.world_size, o.theta_round_epochs,
-                                    o.theta_fabric)
+            horizon = horizon_steps(ctx.steps_per_epoch or 1, ctx.dim, ctx.comm.world_size, o.theta_round_epochs, stated)
             theta = prior(ctx.dim)
         return dict(theta=theta, lag=o.fda_lag, every=o.fda_every, auto_steps=auto_steps, horizon=horizon,
                     fabric=o.theta_fabric if o.theta == "auto" else None, log_every=o.fda_log_every,
