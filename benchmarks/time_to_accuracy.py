@@ -267,7 +267,10 @@ NOT_TUNED = ("fedavg-sgd",)
 
 
 def run_label(row: dict) -> str:
-    """'fedavg 0.5 ep', 'linearfda Θ=2', 'linearfda auto-once (1 ep)', 'synchronous'."""
+    """'fedavg 0.5 ep', 'linearfda Θ=2', 'linearfda auto-once (1 ep)', 'synchronous'; a run of
+    ``--auto-cadences`` by its steps: 'linearfda auto (H 22, m 22)'."""
+    if row["knob"].startswith("auto (H ") and run_cadence(row):
+        return "{} auto (H {}, m {})".format(row["family"], *run_cadence(row))
     return f"{row['family']} {row['knob']}".strip()
 
 
