@@ -153,6 +153,9 @@ def parse(argv=None) -> argparse.Namespace:
                    help="also run LinearFDA --theta auto with round horizon H steps and the state reduced every M "
                         "steps, each pair given (what --theta-fabric picks on a fabric: time_to_accuracy.py --cadences "
                         "prints the pairs its rows ask for)")
+    p.add_argument("--auto-cadence-family", default="linearfda", metavar="FAMILY",
+                   help="the strategy of the --auto-cadences runs: linearfda (default) or a rule under LinearFDA's "
+                        "trigger, e.g. diloco+linear (DiLoCo's outer step, rounds ended by the variance)")
     p.add_argument("--auto-epochs", default="1",
                    help="--theta-auto-epochs values for LinearFDA's --theta auto-once runs (SketchFDA: the first only; default 1)")
     p.add_argument("--paper-baseline", type=float, metavar="LR",
@@ -195,6 +198,10 @@ def parse(argv=None) -> argparse.Namespace:
         args.auto_round_epochs = [float(x) for x in args.auto_round_epochs.split(",") if x.strip()]
         args.auto_rules = {r.strip() for r in args.auto_rules.split(",") if r.strip()}
         args.auto_cadences = [parse_cadence(x) for x in args.auto_cadences.split(",") if x.strip()]
+        if args.auto_cadence_family not in ("linearfda", "sketchfda") and not args.auto_cadence_family.endswith(
+                ("+linear", "+sketch")):
+            raise ValueError(f"--auto-cadence-family {args.auto_cadence_family}: give linearfda, sketchfda or RULE+linear, "
+                             "e.g. diloco+linear")
         if not args.auto_rules <= {"auto", "auto-once"}:
             raise ValueError(f"--auto-rules {','.join(sorted(args.auto_rules))}: choose from auto,auto-once")
     except ValueError as exc:
@@ -235,8 +242,8 @@ def comm_cost_args(args, setting: Setting) -> argparse.Namespace:
             flag = f":theta-round-epochs={h:g}"
             entries += [f"linearfda:theta=auto{flag}"] + ([f"sketchfda:theta=auto{flag}"] if i == 0 else [])
     if "auto" in only:  # H steps as the epochs --theta-round-epochs takes: round(E · steps per epoch) = H
-        entries += [f"linearfda:theta=auto:theta-round-epochs={h / steps_per_epoch(setting.workers):.9g}:fda-every={m}"
-                    for h, m in args.auto_cadences]
+        entries += [f"{args.auto_cadence_family}:theta=auto:theta-round-epochs={h / steps_per_epoch(setting.workers):.9g}"
+                    f":fda-every={m}" for h, m in args.auto_cadences]
     if not args.no_auto and "auto" in only and "auto-once" in args.auto_rules:
         for i, w in enumerate(args.auto_epochs):
             flag = "" if w == 1 else f":theta-auto-epochs={w:g}"  # 1 is the default: the plain entry

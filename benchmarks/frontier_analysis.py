@@ -41,19 +41,26 @@ def knob_of(row: dict) -> str:
         return f"1 ep, sgd {row['entry'].partition(':lr=')[2]}"
     if row["family"] == "fedavg":
         return row["entry"].partition("local-epochs=")[2] + " ep"
+    if row["family"].endswith(("+linear", "+sketch")) and "theta=auto" in row["entry"]:
+        return _auto_knob(row)  # a rule under an FDA trigger (diloco+linear): its auto runs named as FDA's
     if row["family"] == "diloco":  # its round: H inner steps
         return "H=" + row["entry"].partition("tau=")[2].partition(":")[0]
     if row["family"] in FDA:
         if "theta=auto" not in row["entry"]:
             return f"Θ={float(row['theta']):g}"
-        horizon = row["entry"].partition("theta-round-epochs=")[2].partition(":")[0]
-        if horizon:  # the rule re-calibrated every round (every m: the state reduced every m steps)
-            every = row["entry"].partition("fda-every=")[2].partition(":")[0]
-            return f"auto (H {horizon} ep" + (f", every {every})" if every else ")")
-        # auto-once, or the same rule under its earlier name (a plain theta=auto entry without a horizon)
-        epochs = row["entry"].partition("theta-auto-epochs=")[2]
-        return f"auto-once ({epochs or '1'} ep)"
+        return _auto_knob(row)
     return ""
+
+
+def _auto_knob(row: dict) -> str:
+    """An auto run's knob: 'auto (H E ep[, every m])' (the per-round rule) or 'auto-once (E ep)'."""
+    horizon = row["entry"].partition("theta-round-epochs=")[2].partition(":")[0]
+    if horizon:  # the rule re-calibrated every round (every m: the state reduced every m steps)
+        every = row["entry"].partition("fda-every=")[2].partition(":")[0]
+        return f"auto (H {horizon} ep" + (f", every {every})" if every else ")")
+    # auto-once, or the same rule under its earlier name (a plain theta=auto entry without a horizon)
+    epochs = row["entry"].partition("theta-auto-epochs=")[2]
+    return f"auto-once ({epochs or '1'} ep)"
 
 
 def points(setting, comm_rows: list[dict], targets: list[float]) -> list[dict]:

@@ -131,9 +131,9 @@ def state_bytes(family: str) -> int:
     """What FDA's trigger reduces every step: LinearFDA 8 bytes, SketchFDA 4·(1 + l·m)."""
     from fdahpc.options import SKETCH_COLS, SKETCH_ROWS
 
-    if family == "linearfda":
+    if family == "linearfda" or family.endswith("+linear"):  # a rule under LinearFDA's trigger: diloco+linear
         return 8
-    if family == "sketchfda":
+    if family == "sketchfda" or family.endswith("+sketch"):
         return 4 * (1 + SKETCH_ROWS * SKETCH_COLS)
     return 0
 
@@ -410,7 +410,7 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
 
     A ``FAMILY auto (fabric)`` label takes, in each row, the run of the (H, m) that row's
     fabric gives (:func:`cadence`); a row whose (setting, (H, m)) is not in ``ran`` (no such
-    run at all) gets no verdict and is added to ``missing`` (setting -> {(H, m)})."""
+    run at all) gets no verdict and is added to ``missing`` ((setting, family) -> {(H, m)})."""
     by_case: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         by_case.setdefault((r["setting"], r["target"]), []).append(r)
@@ -454,8 +454,8 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                             want = cadence(dp, k, f.gbps, f.latency_us, step_seconds(compute, model, "fedavg", step), family)
                             free = min(((p, r) for p, r in priced if r["family"] == family and run_cadence(r) == want),
                                        key=lambda x: x[0].total, default=None)
-                            if free is None and (setting, want) not in ran:
-                                missing.setdefault(setting, set()).add(want)
+                            if free is None and (setting, family, want) not in ran:
+                                missing.setdefault((setting, family), set()).add(want)
                                 continue  # never run: no verdict (time_to_accuracy.py --cadences lists what to run)
                         ratio = free[0].total / tuned[0].total if free and tuned else None
                         v = verdict(ratio) if tuned else ("met (alone)" if free else "none reached")
@@ -592,7 +592,7 @@ def main(argv=None) -> int:
         with open(path, newline="") as fh:
             every_run += [dict(r, knob=frontier_analysis.current_knob(r["knob"])) for r in csv.DictReader(fh)]
     runs = [r for r in every_run if r["reached"] == "True"]
-    ran = {(r["setting"], run_cadence(r)) for r in every_run if run_cadence(r)}
+    ran = {(r["setting"], r["family"], run_cadence(r)) for r in every_run if run_cadence(r)}
     params: dict[str, int] = {}
     for model in dict.fromkeys(r["model"] for r in runs):
         if model in args.known:
@@ -610,11 +610,12 @@ def main(argv=None) -> int:
     report_rows = time_rows(runs, params, compute, args.sizes, args.steps, collective=args.collective,
                             tuning_free=args.free, baseline=args.baseline, ran=ran, missing=missing)
     if args.cadences:
-        for setting, pairs in missing.items():
+        for (setting, family), pairs in missing.items():
             cap = " --max-epochs 6" if frontier.parse_setting(setting).optimizer else ""  # the caps the CSV's runs had
             print(f"python benchmarks/frontier.py --settings {setting} --only auto --auto-rules auto --auto-round-epochs '' "
-                  f"--auto-cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))}{cap} --seeds 0 --resume "
-                  f"--out {FABRIC_OUT}" + (f" --merge {FABRIC_OUT}.csv" if os.path.exists(os.path.join(REPO_ROOT, FABRIC_OUT + '.csv')) else ""))
+                  f"--auto-cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))} --auto-cadence-family {family}{cap} "
+                  f"--seeds 0 --resume --out {FABRIC_OUT}"
+                  + (f" --merge {FABRIC_OUT}.csv" if os.path.exists(os.path.join(REPO_ROOT, FABRIC_OUT + '.csv')) else ""))
         return 0
     by_case: dict[tuple[str, str], list[dict]] = {}
     summaries: dict[tuple[str, float], tuple[list[str], list[str]]] = {}
@@ -645,8 +646,8 @@ def main(argv=None) -> int:
         if name not in labels:  # said, not silently ignored: the CSV has no such run (yet)
             print(f"note: no run labelled {name!r} reached any target in {', '.join(os.path.relpath(f, REPO_ROOT) for f in args.frontier)}; "
                   "its columns are '-'")
-    for setting, pairs in missing.items():  # said, not silently left out
-        print(f"note: {setting}: no run of (H, m) {', '.join(f'{h}:{m}' for h, m in sorted(pairs))}; the rows that ask for "
+    for (setting, family), pairs in missing.items():  # said, not silently left out
+        print(f"note: {setting}: no {family} run of (H, m) {', '.join(f'{h}:{m}' for h, m in sorted(pairs))}; the rows that ask for "
               "them have no 'auto (fabric)' verdict (time_to_accuracy.py --cadences prints the command)")
     row_report(report_rows, args.collective, args.baseline)
     return 0

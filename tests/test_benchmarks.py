@@ -302,7 +302,15 @@ def test_frontier_runs_the_fabric_cadences_and_a_diloco_grid():
     knob = frontier_analysis.knob_of(row)
     assert knob == "auto (H 0.182978723 ep, every 43)" and tta.run_cadence(dict(knob=knob, workers="8")) == (43, 43)
     assert frontier_analysis.knob_of(dict(family="diloco", entry="diloco:tau=500", theta="")) == "H=500"
-    for bad in (["--auto-cadences", "43"], ["--auto-cadences", "0:1"], ["--diloco-steps", "x"]):
+    args = frontier.parse(["--settings", "lenet5/iid@8", "--only", "auto", "--auto-rules", "auto", "--auto-round-epochs",
+                           "", "--auto-cadences", "43:43", "--auto-cadence-family", "diloco+linear"])
+    flags = " ".join(frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))[0].flags)
+    assert flags.startswith("--strategy diloco --trigger linear --theta auto --theta-round-epochs 0.182978723")
+    row = dict(family="diloco+linear", entry="diloco+linear:theta=auto:theta-round-epochs=0.182978723:fda-every=43",
+               theta="auto")
+    assert frontier_analysis.knob_of(row) == "auto (H 0.182978723 ep, every 43)"
+    for bad in (["--auto-cadences", "43"], ["--auto-cadences", "0:1"], ["--diloco-steps", "x"],
+                ["--auto-cadence-family", "fedavg"]):
         with pytest.raises(SystemExit):
             frontier.parse(["--settings", "lenet5/iid@8", *bad])
 
@@ -840,7 +848,7 @@ def test_time_model_fabric_auto_takes_each_rows_own_cadence():
     sync = dict(base, family="synchronous", knob="", auto="False", steps="100", gb=100 * model / 1e9)
     assert tta.run_cadence(mine) == (43, 43) and tta.run_cadence(other) == (5, 1) and tta.run_cadence(sync) is None
     compute = {("m", f): 0.01 for f in ("fedavg", "linearfda", "synchronous")}
-    ran = {("s", (43, 43)), ("s", (5, 1))}
+    ran = {("s", "linearfda", (43, 43)), ("s", "linearfda", (5, 1))}
     missing: dict = {}
     rows = tta.time_rows([mine, other, sync], {"m": d}, compute, [None], [None], fabrics=("cross-site-1g", "ethernet-10g"),
                          tuning_free=("linearfda auto (fabric)",), ran=ran, missing=missing)
@@ -851,4 +859,6 @@ def test_time_model_fabric_auto_takes_each_rows_own_cadence():
     assert rows[0]["free_s"] == pytest.approx(3.01 + 3 * t(4 * d) + 7 * t(8))
     assert rows[0]["tuned_s"] == pytest.approx(1.0 + 100 * t(4 * d))  # only Synchronous is tuned here
     # on 10 Gb/s a 10 ms step asks for H = 1, m = 1: never run, so no row there, and said
-    assert missing == {"s": {(1, 1)}}
+    assert missing == {("s", "linearfda"): {(1, 1)}}
+    # a rule under LinearFDA's trigger (DiLoCo's outer step, rounds ended by the variance) is priced like it
+    assert tta.state_bytes("diloco+linear") == 8 and tta.cadence(d, k, 1.0, 10_000.0, 0.01, "diloco+linear") == (43, 43)
