@@ -85,6 +85,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--cadences", action="store_true",
                    help="print, per setting, the frontier command that runs the (H, m) pairs the rows' 'auto (fabric)' "
                         "methods ask for and the CSV lacks, and nothing else")
+    p.add_argument("--targets-of", metavar="SETTING",
+                   help="print the targets the CSVs hold for SETTING (comma-separated), and nothing else")
     p.add_argument("--tuning-free", default="linearfda auto (fabric);linearfda auto-once (1 ep)",
                    help="';'-separated run labels (family and knob as the report prints them) that count as "
                         "tuning-free FDA (default: %(default)s)")
@@ -609,11 +611,16 @@ def main(argv=None) -> int:
     missing: dict[str, set] = {}
     report_rows = time_rows(runs, params, compute, args.sizes, args.steps, collective=args.collective,
                             tuning_free=args.free, baseline=args.baseline, ran=ran, missing=missing)
+    if args.targets_of:  # every target the CSVs hold for the setting: new runs are scored where the old ones were
+        print(",".join(f"{t:g}" for t in sorted({float(r["target"]) for r in every_run if r["setting"] == args.targets_of})))
+        return 0
     if args.cadences:
         for (setting, family), pairs in missing.items():
             cap = " --max-epochs 6" if frontier.parse_setting(setting).optimizer else ""  # the caps the CSV's runs had
-            print(f"python benchmarks/frontier.py --settings {setting} --only auto --auto-rules auto --auto-round-epochs '' "
-                  f"--auto-cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))} --auto-cadence-family {family}{cap} "
+            targets = ",".join(f"{t:g}" for t in sorted({float(r["target"]) for r in every_run if r["setting"] == setting}))
+            print(f"python benchmarks/frontier.py --settings {setting} --targets {targets} --only auto --auto-rules auto "
+                  f"--auto-round-epochs '' --auto-cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))} "
+                  f"--auto-cadence-family {family}{cap} "
                   f"--seeds 0 --resume --out {FABRIC_OUT}"
                   + (f" --merge {FABRIC_OUT}.csv" if os.path.exists(os.path.join(REPO_ROOT, FABRIC_OUT + '.csv')) else ""))
         return 0
