@@ -43,6 +43,11 @@ paper's baseline alone beside points already in a merged CSV:
 
     python benchmarks/frontier.py --settings lenet5/iid@4 --paper-baseline 0.1 --only paper --merge benchmarks/results/frontier.csv
 
+``--auto-cadences H:M,...`` adds LinearFDA ``--theta auto`` runs of horizon H steps checked
+every M steps (what ``--theta-fabric`` picks on a fabric; ``time_to_accuracy.py --cadences``
+prints the pairs its rows need, ``--auto-cadence-family diloco+linear`` runs them under DiLoCo's
+outer step), and ``--diloco-steps 50,500`` DiLoCo's rounds of H inner steps.
+
 A setting's ``/OPTIMIZER:LR`` sets the local optimizer of every run (FDA and FedAvg alike);
 without it each strategy trains with its preset (Adam 1e-3 for FDA and FedAvg). The CSV
 records each point's optimizer, learning rate and seeds. ``--paper-baseline LR`` adds the
