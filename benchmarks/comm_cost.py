@@ -378,8 +378,10 @@ def _previous_rows(csv_path: str) -> dict[str, dict]:
 
 
 def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
-    """``old`` when ``path`` is a finished run of exactly this job's configuration."""
-    if old is None or not os.path.exists(path) or not old.get("job_seconds") or not old.get("others_cpu"):
+    """``old`` when ``path`` is a finished run of exactly this job's configuration; a finished
+    run whose row the CSV no longer holds (a later sweep of other runs in the same folder
+    rewrote it) is reused too, with the run's own wall time and others' share unknown (nan)."""
+    if not os.path.exists(path):
         return None
     from fdahpc.cli import parse_args
     from fdahpc.config import TrainConfig
@@ -397,7 +399,11 @@ def _reusable(old: dict | None, job: Job, path: str) -> dict | None:
     # A flag added to fdahpc after the run was made: the run used its default.
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     same = all(saved.get(k, defaults.get(k)) == v for k, v in expected.items()) and saved.keys() <= expected.keys()
-    return old if same else None
+    if not same:
+        return None
+    if old is None or not old.get("job_seconds") or not old.get("others_cpu"):
+        return {"job_seconds": f"{float(run['wall_seconds']):.1f}", "others_cpu": "nan"}
+    return old
 
 
 def run_jobs(jobs: list[Job], args, csv_path: str) -> tuple[list[dict], list[str], int]:

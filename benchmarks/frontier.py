@@ -322,15 +322,20 @@ def job_key(job) -> tuple[str, str]:
     return family_of(row), knob_of(row)
 
 
-def unmeasured(setting: Setting, jobs: list, merged: list[dict]) -> list:
-    """The jobs whose configuration (family, knob) lacks a seed in the merged points: a
-    configuration runs all its seeds or none, so that its point stays a median over them all."""
-    have = {(p["setting"], p["family"], p["knob"]): set(str(p["seed"]).split(";")) for p in merged}
+def unmeasured(setting: Setting, jobs: list, merged: list[dict], targets: list[float] | None = None) -> list:
+    """The jobs whose configuration (family, knob) lacks a seed in the merged points at one of
+    ``targets`` (None: at any): a configuration runs all its seeds or none, so that its point
+    stays a median over them all; with ``--resume`` a finished run is only scored again."""
+    have: dict[tuple, set] = {}
+    for p in merged:
+        have.setdefault((p["setting"], p["family"], p["knob"], float(p["target"])), set()).update(str(p["seed"]).split(";"))
+        have.setdefault((p["setting"], p["family"], p["knob"], None), set()).update(str(p["seed"]).split(";"))
     configs: dict[tuple[str, str], list] = {}
     for job in jobs:
         configs.setdefault(job_key(job), []).append(job)
     return [job for key, group in configs.items()
-            if not all(str(j.seed) in have.get((setting.name, *key), ()) for j in group) for job in group]
+            if not all(str(j.seed) in have.get((setting.name, *key, t), ()) for j in group for t in (targets or [None]))
+            for job in group]
 
 
 def main(argv=None) -> int:
@@ -338,7 +343,7 @@ def main(argv=None) -> int:
     merged = read_points(args.merge)
     plans = [(s, comm_cost_args(args, s)) for s in args.settings]
     for setting, cargs in plans:
-        jobs = unmeasured(setting, comm_cost.plan(cargs), merged)
+        jobs = unmeasured(setting, comm_cost.plan(cargs), merged, targets_of(args, setting))
         comm_cost.validate(jobs)
         if args.dry_run:
             print(f"# {setting.name}: {len(jobs)} runs")
@@ -348,7 +353,7 @@ def main(argv=None) -> int:
         return 0
     all_points, failures = [], []
     for setting, cargs in plans:
-        jobs = unmeasured(setting, comm_cost.plan(cargs), merged)
+        jobs = unmeasured(setting, comm_cost.plan(cargs), merged, targets_of(args, setting))
         if not jobs:
             print(f"frontier: {setting.name}: every run is in the merged CSVs", flush=True)
             continue

@@ -353,6 +353,11 @@ def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path,
     jobs = frontier.comm_cost.plan(frontier.comm_cost_args(args, args.settings[0]))
     left = frontier.unmeasured(args.settings[0], jobs, back)  # back: fedavg 1 ep and Θ=4, seed 0
     assert sorted(frontier.job_key(j) for j in left) == [("linearfda", "Θ=8"), ("sketchfda", "Θ=8"), ("synchronous", "")]
+    # ... unless a target asked is not among its points: then it is scored again (with --resume, from its run file)
+    targets = sorted({float(p["target"]) for p in back})
+    assert frontier.unmeasured(args.settings[0], jobs, back, targets) == left
+    again = frontier.unmeasured(args.settings[0], jobs, back, targets + [0.5])
+    assert sorted(frontier.job_key(j) for j in again) == sorted(frontier.job_key(j) for j in jobs)
     # ... and one missing a seed runs all its seeds, so that its point is a median over them all
     args = frontier.parse(["--settings", "lenet5/iid@4", "--thetas", "linear=4;sketch=8", "--fedavg-epochs", "1",
                            "--no-auto", "--seeds", "0,1", "--only", "linearfda"])
