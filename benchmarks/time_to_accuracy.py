@@ -650,12 +650,13 @@ def main(argv=None) -> int:
     print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
     labels = {run_label(r) for r in runs}
     for name in (*args.free, args.baseline):
-        if name not in labels:  # said, not silently ignored: the CSV has no such run (yet)
+        if name not in labels and not name.endswith(FABRIC_AUTO):  # a fabric label's runs are noted per setting above  # said, not silently ignored: the CSV has no such run (yet)
             print(f"note: no run labelled {name!r} reached any target in {', '.join(os.path.relpath(f, REPO_ROOT) for f in args.frontier)}; "
                   "its columns are '-'")
-    for (setting, family), pairs in missing.items():  # said, not silently left out
-        print(f"note: {setting}: no {family} run of (H, m) {', '.join(f'{h}:{m}' for h, m in sorted(pairs))}; the rows that ask for "
-              "them have no 'auto (fabric)' verdict (time_to_accuracy.py --cadences prints the command)")
+    for family in dict.fromkeys(f for _, f in missing):  # said, not silently left out
+        lacking = [s for s, f in missing if f == family]
+        print(f"note: '{family}{FABRIC_AUTO}': {len(lacking)} settings lack runs of the (H, m) their rows ask for "
+              f"({', '.join(lacking)}); those rows have no verdict (time_to_accuracy.py --cadences prints the commands)")
     row_report(report_rows, args.collective, args.baseline)
     return 0
 
