@@ -571,6 +571,16 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
                      [[f"{d:,}" if d != "own" else "own", s, f, count_line(counts(g)), causes(g)]
                       for (d, s, f), g in groups.items()],
                      f"all rows: {count_line(counts(mine))}; misses' main cause: {causes(mine)}")
+        cases: dict[tuple, list[dict]] = {}
+        for r in mine:
+            cases.setdefault((r["setting"], r["target"]), []).append(r)
+        print_report(f"Verdict counts for {method} per setting and target (over its (d, step, fabric) rows)",
+                     ["setting", "target", "met", "missed", "far", "not reached", "best tuned (most rows)"],
+                     [[st, f"{t:g}", *(sum(r["verdict"].startswith(v) for r in g) for v in ("met", "missed", "far",
+                                                                                             "not reached")),
+                       max(dict.fromkeys(r["tuned"] or "-" for r in g), key=[r["tuned"] or "-" for r in g].count)]
+                      for (st, t), g in cases.items()],
+                     "best tuned: the tuned run fastest in most of the case's rows")
         if method == next(iter(dict.fromkeys(r["method"] for r in rows))):  # the fastest run does not depend on it
             print_report("Fastest method per (d, step, fabric): setting-target rows each family is fastest in",
                          ["d", "step", "fabric", "fastest family: rows"],
