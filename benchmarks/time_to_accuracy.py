@@ -67,7 +67,8 @@ def parse(argv=None) -> argparse.Namespace:
                         "--theta-fabric cadences' runs)")
     p.add_argument("--scaling", default=os.path.join(RESULTS, "scaling.csv"))
     p.add_argument("--markdown", action="store_true",
-                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times)")
+                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times), "
+                        "from the first --frontier CSV (the grids) alone")
     p.add_argument("--step-ms", default="measured,5,20,100",
                    help="step times of the per-row report: 'measured' (this CPU's, scaling.csv) and/or stated "
                         "milliseconds per local step, e.g. 5,20,100 for GPU nodes (default: %(default)s)")
@@ -600,6 +601,8 @@ def main(argv=None) -> int:
     args = parse(argv)
     compute = compute_per_step(args.scaling)
     every_run = []
+    if args.markdown:  # docs/results.md's regime table is the grids' (issue 24's bytes frontier), not the cadence runs'
+        args.frontier = args.frontier[:1]
     for path in args.frontier:
         with open(path, newline="") as fh:
             every_run += [dict(r, knob=frontier_analysis.current_knob(r["knob"])) for r in csv.DictReader(fh)]
