@@ -36,7 +36,8 @@ Run files live in ``--workdir`` and are not kept between machines; the CSV is wh
 ones) and lets this invocation's runs add to them or replace the same (setting, family,
 knob, target): the report, figure and CSV then cover every setting ever run, and
 ``--merge`` with no ``--settings`` runs nothing and only rebuilds them. A configuration
-whose point a merged CSV already holds for every seed asked is not run again, so a sweep
+whose point a merged CSV already holds for every seed and target asked is not run again (a
+target it lacks: run again, or with ``--resume`` only scored again from its run file), so a sweep
 interrupted on one machine resumes on another from its CSV alone. ``--only`` runs part
 of a setting's families (``synchronous,fedavg,linearfda,sketchfda,auto,paper``), e.g. the
 paper's baseline alone beside points already in a merged CSV:
