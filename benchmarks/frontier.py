@@ -39,7 +39,7 @@ knob, target): the report, figure and CSV then cover every setting ever run, and
 whose point a merged CSV already holds for every seed and target asked is not run again (a
 target it lacks: run again, or with ``--resume`` only scored again from its run file), so a sweep
 interrupted on one machine resumes on another from its CSV alone. ``--only`` runs part
-of a setting's families (``synchronous,fedavg,linearfda,sketchfda,auto,paper``), e.g. the
+of a setting's families (``synchronous,fedavg,linearfda,sketchfda,auto,paper,diloco``), e.g. the
 paper's baseline alone beside points already in a merged CSV:
 
     python benchmarks/frontier.py --settings lenet5/iid@4 --paper-baseline 0.1 --only paper --merge benchmarks/results/frontier.csv
