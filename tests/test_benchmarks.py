@@ -867,3 +867,28 @@ def test_time_model_fabric_auto_takes_each_rows_own_cadence():
     assert missing == {("s", "linearfda"): {(1, 1)}}
     # a rule under LinearFDA's trigger (DiLoCo's outer step, rounds ended by the variance) is priced like it
     assert tta.state_bytes("diloco+linear") == 8 and tta.cadence(d, k, 1.0, 10_000.0, 0.01, "diloco+linear") == (43, 43)
+
+
+def test_comm_cost_resume_reuses_a_finished_run_whose_csv_row_was_rewritten(tmp_path, capsys):
+    """--resume: a finished run file of exactly the job's flags is reused even when its sweep's
+    CSV no longer lists it (a later sweep in the same folder rewrote the CSV): its own wall time,
+    others' share unknown; a run of other flags is not."""
+    import comm_cost
+
+    argv = ["--strategies", "fedavg:tau=5", "--workers", "2", "--partitions", "iid", "--skip", "", "--target", "0.5",
+            "--max-epochs", "0.1", "--seeds", "0", "--eval-every", "5", "--dataset", "mnist5k",
+            "--workdir", str(tmp_path / "runs"), "--out", str(tmp_path / "cc")]
+    args = comm_cost.parse(argv)
+    jobs = comm_cost.plan(args)
+    assert len(jobs) == 1
+    rows, failed, reused = comm_cost.run_jobs(jobs, args, str(tmp_path / "first.csv"))
+    assert not failed and reused == 0
+    (tmp_path / "first.csv").write_text("")  # the row is gone, the run file stays
+    args = comm_cost.parse(argv + ["--resume"])
+    again, failed, reused = comm_cost.run_jobs(jobs, args, str(tmp_path / "first.csv"))
+    assert not failed and reused == 1 and "reused from an earlier sweep" in capsys.readouterr().out
+    run = comm_cost.read_run(str(tmp_path / "runs" / jobs[0].file_name))
+    assert again[0]["job_seconds"] == pytest.approx(float(f"{float(run['wall_seconds']):.1f}"))
+    assert math.isnan(again[0]["others_cpu"]) and again[0]["steps"] == rows[0]["steps"]
+    other = comm_cost.plan(comm_cost.parse([*argv[:1], "fedavg:tau=7", *argv[2:], "--resume"]))[0]
+    assert comm_cost._reusable(None, other, str(tmp_path / "runs" / jobs[0].file_name)) is None
