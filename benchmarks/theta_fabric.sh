@@ -1,6 +1,6 @@
 #!/bin/sh
 # The runs of tuning-free FDA on stated hardware: for each frontier setting named (default:
-# the three of docs/theta_auto.md, then two K = 8 ones), --theta auto at every (horizon H,
+# the six settings of docs/theta_auto.md), --theta auto at every (horizon H,
 # check cadence m) that --theta-fabric picks in one of the per-row report's rows (fabric x
 # step time x model size), seed 0, into benchmarks/results/frontier_fabric.csv; FAMILY
 # (default linearfda) names the strategy, e.g. FAMILY=diloco+linear for DiLoCo's outer step
@@ -12,7 +12,7 @@
 #   python benchmarks/time_to_accuracy.py     # the report, with 'linearfda auto (fabric)' rows
 set -e
 [ $# -gt 0 ] || set -- lenet5/iid@4 lenet5/dirichlet:0.1@4/adam:0.001 lenet5/classes:2@4/sgd:0.1 lenet5/sorted:60@8 \
-    lenet5/dirichlet:0.1@8/sgd:0.1
+    lenet5/dirichlet:0.1@8/sgd:0.1 lenet5/classes:2@8/sgd:0.1
 family=${FAMILY:-linearfda}
 out=benchmarks/results/frontier_fabric
 for setting in "$@"; do
