@@ -621,7 +621,7 @@ def main(argv=None) -> int:
         if model not in params:
             print(f"note: --params {model}: no run of that model reached a target in the CSV")
     runs = [r for r in runs if r["model"] in params]
-    missing: dict[str, set] = {}
+    missing: dict[tuple[str, str], set] = {}
     report_rows = time_rows(runs, params, compute, args.sizes, args.steps, collective=args.collective,
                             tuning_free=args.free, baseline=args.baseline, ran=ran, missing=missing)
     if args.targets_of:  # every target the CSVs hold for the setting: new runs are scored where the old ones were
@@ -663,9 +663,10 @@ def main(argv=None) -> int:
     print(f"fabrics (stated, not measured): {fab}. compute per step: scaling.csv's one-rank CPU time of this machine.")
     labels = {run_label(r) for r in runs}
     for name in (*args.free, args.baseline):
-        if name not in labels and not name.endswith(FABRIC_AUTO):  # a fabric label's runs are noted per setting above  # said, not silently ignored: the CSV has no such run (yet)
-            print(f"note: no run labelled {name!r} reached any target in {', '.join(os.path.relpath(f, REPO_ROOT) for f in args.frontier)}; "
-                  "its columns are '-'")
+        # said, not silently ignored: the CSVs have no such run (yet); a fabric label's runs: the note below
+        if name not in labels and not name.endswith(FABRIC_AUTO):
+            csvs = ", ".join(os.path.relpath(f, REPO_ROOT) for f in args.frontier)
+            print(f"note: no run labelled {name!r} reached any target in {csvs}; its columns are '-'")
     for family in dict.fromkeys(f for _, f in missing):  # said, not silently left out
         lacking = [s for s, f in missing if f == family]
         print(f"note: '{family}{FABRIC_AUTO}': {len(lacking)} settings lack runs of the (H, m) their rows ask for "
