@@ -20,12 +20,10 @@ for setting in "$@"; do
         | grep -F -e "--settings $setting " || true)
     if [ -n "$cmd" ]; then echo "# $cmd"; eval "$cmd"; else echo "# $setting: every $family cadence ran"; fi
     if [ -n "${DILOCO:-}" ]; then
-        cap=$(case "$setting" in */*/*) echo "--max-epochs 6";; esac)  # the caps of the CSV's runs (as --cadences)
         merge=$([ -f $out.csv ] && echo "--merge $out.csv" || true)
         echo "# diloco $setting $DILOCO"
-        targets=$(python benchmarks/time_to_accuracy.py --targets-of "$setting")  # scored where the other runs were
-        python benchmarks/frontier.py --settings "$setting" ${targets:+--targets $targets} --only diloco \
-            --diloco-steps "$DILOCO" $cap --seeds 0 \
+        flags=$(python benchmarks/time_to_accuracy.py --run-flags-of "$setting")  # targets and cap, as --cadences gives
+        python benchmarks/frontier.py --settings "$setting" $flags --only diloco --diloco-steps "$DILOCO" --seeds 0 \
             --resume --out $out $merge
     fi
 done

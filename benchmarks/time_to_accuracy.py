@@ -56,7 +56,8 @@ from frontier_analysis import FDA
 
 #: The frontier CSVs the report reads: the grids, and the runs of the cadences --theta-fabric picks.
 FRONTIER_CSVS = ("frontier.csv", "frontier_fabric.csv")
-FABRIC_OUT = "benchmarks/results/frontier_fabric"
+#: frontier.py's --out prefix of the cadence runs (the second CSV), relative to the repository root.
+FABRIC_OUT = os.path.relpath(os.path.join(RESULTS, FRONTIER_CSVS[1].removesuffix(".csv")), REPO_ROOT)
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -86,8 +87,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--cadences", action="store_true",
                    help="print, per setting, the frontier command that runs the (H, m) pairs the rows' 'auto (fabric)' "
                         "methods ask for and the CSV lacks, and nothing else")
-    p.add_argument("--targets-of", metavar="SETTING",
-                   help="print the targets the CSVs hold for SETTING (comma-separated), and nothing else")
+    p.add_argument("--run-flags-of", metavar="SETTING",
+                   help="print the frontier.py flags a new run of SETTING takes to be scored like the CSVs' runs "
+                        "(--targets, --max-epochs), and nothing else")
     p.add_argument("--tuning-free", default="linearfda auto (fabric);linearfda auto-once (1 ep)",
                    help="';'-separated run labels (family and knob as the report prints them) that count as "
                         "tuning-free FDA (default: %(default)s)")
@@ -272,8 +274,9 @@ NOT_TUNED = ("fedavg-sgd",)
 def run_label(row: dict) -> str:
     """'fedavg 0.5 ep', 'linearfda Θ=2', 'linearfda auto-once (1 ep)', 'synchronous'; a run of
     ``--auto-cadences`` by its steps: 'linearfda auto (H 22, m 22)'."""
-    if row["knob"].startswith("auto (H ") and run_cadence(row):
-        return "{} auto (H {}, m {})".format(row["family"], *run_cadence(row))
+    cad = run_cadence(row)
+    if cad:
+        return "{} auto (H {}, m {})".format(row["family"], *cad)
     return f"{row['family']} {row['knob']}".strip()
 
 
@@ -381,6 +384,14 @@ def priced_d(size: dict[str, float] | None, model: str, d: int) -> int:
 #: horizon H and check cadence m, :func:`fdahpc.theta.horizon_steps` and :func:`~fdahpc.theta.check_every`).
 FABRIC_AUTO = " auto (fabric)"
 _CADENCE = re.compile(r"auto \(H ([0-9.eE+-]+) ep, every (\d+)\)")
+
+
+def run_flags(setting: str, every_run: list[dict]) -> str:
+    """frontier.py's flags for a new run of ``setting`` scored like the CSVs' runs of it: every
+    target they hold for it, and the 6-epoch cap that settings with their own optimizer ran at."""
+    targets = ",".join(f"{t:g}" for t in sorted({float(r["target"]) for r in every_run if r["setting"] == setting}))
+    cap = " --max-epochs 6" if frontier.parse_setting(setting).optimizer else ""
+    return (f"--targets {targets}" if targets else "") + cap
 
 
 def cadence(d: int, k: int, gbps: float, latency_us: float, step_s: float, family: str) -> tuple[int, int]:
@@ -621,20 +632,21 @@ def main(argv=None) -> int:
         if model not in params:
             print(f"note: --params {model}: no run of that model reached a target in the CSV")
     runs = [r for r in runs if r["model"] in params]
-    missing: dict[tuple[str, str], set] = {}
-    report_rows = time_rows(runs, params, compute, args.sizes, args.steps, collective=args.collective,
-                            tuning_free=args.free, baseline=args.baseline, ran=ran, missing=missing)
-    if args.targets_of:  # every target the CSVs hold for the setting: new runs are scored where the old ones were
-        print(",".join(f"{t:g}" for t in sorted({float(r["target"]) for r in every_run if r["setting"] == args.targets_of})))
+    if args.run_flags_of:
+        print(run_flags(args.run_flags_of, every_run))
         return 0
+    missing: dict[tuple[str, str], set] = {}
+
+    def rows_of() -> list[dict]:  # the per-row report's rows; fills ``missing`` (not needed for --markdown)
+        return time_rows(runs, params, compute, args.sizes, args.steps, collective=args.collective,
+                         tuning_free=args.free, baseline=args.baseline, ran=ran, missing=missing)
+
     if args.cadences:
+        rows_of()
         for (setting, family), pairs in missing.items():
-            cap = " --max-epochs 6" if frontier.parse_setting(setting).optimizer else ""  # the caps the CSV's runs had
-            targets = ",".join(f"{t:g}" for t in sorted({float(r["target"]) for r in every_run if r["setting"] == setting}))
-            print(f"python benchmarks/frontier.py --settings {setting} --targets {targets} --only auto --auto-rules auto "
-                  f"--auto-round-epochs '' --auto-cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))} "
-                  f"--auto-cadence-family {family}{cap} "
-                  f"--seeds 0 --resume --out {FABRIC_OUT}"
+            print(f"python benchmarks/frontier.py --settings {setting} {run_flags(setting, every_run)} --only auto "
+                  f"--auto-rules auto --auto-round-epochs '' --auto-cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))} "
+                  f"--auto-cadence-family {family} --seeds 0 --resume --out {FABRIC_OUT}"
                   + (f" --merge {FABRIC_OUT}.csv" if os.path.exists(os.path.join(REPO_ROOT, FABRIC_OUT + '.csv')) else ""))
         return 0
     by_case: dict[tuple[str, str], list[dict]] = {}
@@ -667,6 +679,7 @@ def main(argv=None) -> int:
         if name not in labels and not name.endswith(FABRIC_AUTO):
             csvs = ", ".join(os.path.relpath(f, REPO_ROOT) for f in args.frontier)
             print(f"note: no run labelled {name!r} reached any target in {csvs}; its columns are '-'")
+    report_rows = rows_of()
     for family in dict.fromkeys(f for _, f in missing):  # said, not silently left out
         lacking = [s for s, f in missing if f == family]
         print(f"note: '{family}{FABRIC_AUTO}': {len(lacking)} settings lack runs of the (H, m) their rows ask for "

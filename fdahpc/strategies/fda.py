@@ -102,7 +102,7 @@ class _FDATrigger(Trigger):
             raise ValueError("theta auto: a fabric sets the round horizon and the check cadence; give the horizon too")
         # --theta-fabric measure: (H, m) set from times taken in the first steps (_probe); until then the given
         # horizon and every step. --fda-every by hand always wins.
-        self._probe: dict | None = {"every": every, "steps": [], "last": None} if fabric == MEASURE else None
+        self._probe: dict | None = self._new_probe(every) if fabric == MEASURE else None
         if every is None:  # by hand, else from the fabric's price of this trigger's state reduction, else every step
             every = 1 if fabric in (None, MEASURE) else check_every(4 * state_len, comm.world_size, fabric, horizon)
         self.comm = comm
@@ -144,6 +144,12 @@ class _FDATrigger(Trigger):
         if self._probe is not None:
             probe["last"] = time.perf_counter()
         return sync
+
+    @staticmethod
+    def _new_probe(every: int | None) -> dict:
+        """--theta-fabric measure's timing state: the --fda-every given (None: from the times), the
+        local steps timed so far, and when this trigger's last call returned."""
+        return {"every": every, "steps": [], "last": None}
 
     def _time_allreduce(self, buf: torch.Tensor, repeats: int = 3) -> float:
         """The fastest of ``repeats`` AllReduces of a buffer like ``buf`` (zeros), in seconds."""
@@ -274,7 +280,7 @@ class _FDATrigger(Trigger):
         # checkpoints from before --theta-fabric measure lack the cadence: the options' own stays
         super().load_state_dict({"horizon": self.horizon, "every": self.every, "_probe": self._probe, **state})
         if self._probe is not None:  # the timing restarts with the resumed job (a probe's last call was another process's)
-            self._probe = {"every": self._probe["every"], "steps": [], "last": None}
+            self._probe = self._new_probe(self._probe["every"])
         reduced = state.get("reduced_state")
         self._pending = None
         if reduced is not None:
