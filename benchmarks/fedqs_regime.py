@@ -21,6 +21,13 @@ FedQS-Avg and FedQS-SGD in both variants, FedBuff, M-step, WKAFL, and synchronou
 resumes where it stopped. ``--clock ticks`` and ``--drop-last`` (docs/tick-clock.md) go to
 every run, and their names into the CSV's and the run folder's (``fedqs_regime_ticks_droplast_<partition>.csv``),
 so the event-clock grid stays as it is.
+
+``--decompose R`` (issue 43) takes FedQS's gain over its baseline apart, one switch at a
+time away from the authors' simulator (tick clock, drop-last, their variant with feedback):
+feedback off, their momentum on, the event clock, every batch. Each row is read at R
+aggregations (convergence accuracy = the mean of evaluations R−19..R), from the grid's own
+run files where they are long enough (the same seed's run is the same up to R), else from
+runs of R aggregations in ``--out-dir/decompose<R>/``, which it runs (``--seeds``, resumable).
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--table", action="store_true", help="print docs/results.md's tables from the CSVs; run nothing")
     p.add_argument("--clock", default="events", choices=("events", "ticks"), help="the mode's --clock")
     p.add_argument("--drop-last", action="store_true", help="the mode's --drop-last")
+    p.add_argument("--decompose", type=int, metavar="R", help="run and print the decomposition of FedQS's gain at R "
+                   "aggregations (--clock/--drop-last/--methods/--rounds are the decomposition's own)")
     return p.parse_args(argv)
 
 
@@ -61,8 +70,9 @@ def setting(args) -> str:
     return "".join([f"{args.clock}_" if args.clock != "events" else "", "droplast_" if args.drop_last else ""])
 
 
-def semiasync_argv(args, partition: str) -> list[str]:
-    """``benchmarks/semiasync.py``'s command line for one partition of the grid."""
+def semiasync_argv(args, partition: str, out_dir: str | None = None) -> list[str]:
+    """``benchmarks/semiasync.py``'s command line for one partition of the grid (``out_dir``:
+    the run folder's parent, and no CSV: the decomposition's runs)."""
     tag = setting(args) + partition.replace(":", "")
     extra = " ".join(["--clip-grad-norm 20", f"--clock {args.clock}" if args.clock != "events" else "",
                       "--drop-last" if args.drop_last else ""]).strip()
@@ -70,8 +80,8 @@ def semiasync_argv(args, partition: str) -> list[str]:
              "--model", args.model, "--partition", partition, "--clients", "100", "--buffer", "10", "--speed-ratio", "50",
              "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50", "--lr", "0.1",
              "--eval-every", str(args.eval_every), "--extra", extra,
-             "--out-dir", os.path.join(args.out_dir, tag),
-             "--csv", os.path.join(RESULTS, f"fedqs_regime_{tag}.csv")]
+             "--out-dir", os.path.join(out_dir or args.out_dir, tag)]
+    flags += [] if out_dir else ["--csv", os.path.join(RESULTS, f"fedqs_regime_{tag}.csv")]
     return flags + ([] if args.no_reuse else ["--reuse"])
 
 
@@ -117,10 +127,76 @@ def table(partition: str, methods: list[str], csv_dir: str = RESULTS,
     return out
 
 
+#: The decomposition's rows: (what differs from the authors' simulator, clock, drop-last,
+#: method, its baseline). A baseline runs under the row's own clock and batches.
+DECOMPOSITION = (
+    ("none (ticks, drop-last, feedback)", "ticks", True, "fedqs-avg:fedqs-variant=authors", "fedavg"),
+    ("feedback weights off", "ticks", True, "fedqs-avg:fedqs-variant=authors:fedqs-no-feedback", "fedavg"),
+    ("the authors' momentum on", "ticks", True, "fedqs-avg:fedqs-variant=authors:fedqs-authors-momentum", "fedavg"),
+    ("event clock", "events", True, "fedqs-avg:fedqs-variant=authors", "fedavg"),
+    ("every batch (no drop-last)", "ticks", False, "fedqs-avg:fedqs-variant=authors", "fedavg"),
+    ("none (ticks, drop-last, feedback)", "ticks", True, "fedqs-sgd:fedqs-variant=authors", "fedsgd"),
+    ("feedback weights off", "ticks", True, "fedqs-sgd:fedqs-variant=authors:fedqs-no-feedback", "fedsgd"),
+)
+
+
+def accuracy_at(path: str, rounds: int) -> float:
+    """A finished run's convergence accuracy had it stopped after ``rounds`` aggregations
+    (NaN: the file is missing, unfinished or shorter)."""
+    from fdahpc.metrics import convergence_metrics
+
+    try:
+        acc = semiasync.read_run(path)["round/accuracy"]
+    except (OSError, RuntimeError, KeyError):
+        return float("nan")
+    return convergence_metrics(acc[:rounds])["convergence_accuracy"] if len(acc) >= rounds else float("nan")
+
+
+def decompose(args, partition: str, rounds: int, run=True) -> list[str]:
+    """The decomposition at ``rounds`` aggregations on ``partition``: runs what neither the
+    grid nor an earlier call has (``run``), and returns its markdown table."""
+    import statistics
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    own = os.path.join(args.out_dir, f"decompose{rounds}")
+
+    def where(clock, drop_last, method, seed, parent):
+        tag = setting(argparse.Namespace(clock=clock, drop_last=drop_last)) + partition.replace(":", "")
+        return os.path.join(parent, tag, f"{method.replace(':', '_').replace('=', '-')}-seed{seed}.h5")
+
+    def accuracy(clock, drop_last, method, seed):
+        found = accuracy_at(where(clock, drop_last, method, seed, args.out_dir), rounds)
+        return found if found == found else accuracy_at(where(clock, drop_last, method, seed, own), rounds)
+
+    if run:
+        for clock, drop_last in dict.fromkeys((c, d) for _, c, d, _, _ in DECOMPOSITION):
+            missing = [m for _, c, d, rule, base in DECOMPOSITION if (c, d) == (clock, drop_last)
+                       for m in (base, rule) if any(accuracy(c, d, m, s) != accuracy(c, d, m, s) for s in seeds)]
+            if missing:
+                sub = argparse.Namespace(**{**vars(args), "clock": clock, "drop_last": drop_last, "rounds": rounds,
+                                            "methods": ",".join(dict.fromkeys(missing))})
+                semiasync.main(semiasync_argv(sub, partition, out_dir=own))
+    out = [f"| {partition}: switched off or changed | method − baseline | seeds | baseline % | method % "
+           f"| gain, points (mean) |", "|---" * 6 + "|"]
+    for label, clock, drop_last, rule, base in DECOMPOSITION:
+        pairs = [(accuracy(clock, drop_last, base, s), accuracy(clock, drop_last, rule, s)) for s in seeds]
+        pairs = [(b, r) for b, r in pairs if b == b and r == r]
+        if not pairs:
+            continue
+        gains = [100 * (r - b) for b, r in pairs]
+        out.append(f"| {label} | {rule} − {base} | {len(pairs)} | "
+                   f"{statistics.fmean(100 * b for b, _ in pairs):.2f} | {statistics.fmean(100 * r for _, r in pairs):.2f} | "
+                   + " ".join(f"{g:+.2f}" for g in gains) + (f" ({statistics.fmean(gains):+.2f})" if len(gains) > 1 else "")
+                   + " |")
+    return out
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     for partition in args.partitions.split(","):
-        if args.table:
+        if args.decompose:
+            print("\n".join(decompose(args, partition, args.decompose, run=not args.table)) + "\n")
+        elif args.table:
             print("\n".join(table(partition, args.methods.split(",") + list(ABLATIONS), prefix=setting(args))) + "\n")
         else:
             semiasync.main(semiasync_argv(args, partition))

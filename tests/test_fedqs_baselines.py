@@ -161,6 +161,41 @@ def test_regime_table_compares_an_ablation_with_its_full_method(monkeypatch, tmp
     assert by_method["fedavg"].endswith("| 0 | 0.0 | 6.5 |")  # rounds to 95 %, oscillations, mean staleness
 
 
+def test_decomposition_reads_each_run_at_the_same_aggregation_count(monkeypatch, tmp_path):
+    """--decompose R: a run's convergence accuracy as if it had stopped after R aggregations
+    (the mean of evaluations R-19..R), from the grid's longer run where there is one, else from
+    the decomposition's own folder; a row lists the seeds both runs have, gain per seed."""
+    import os
+
+    import h5py
+    import numpy as np
+
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    import fedqs_regime
+
+    def run_file(path, accuracy):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with h5py.File(path, "w") as f:
+            f.attrs["wall_seconds"] = 1.0
+            f["round/accuracy"] = np.asarray(accuracy, dtype=float)
+
+    R = 30
+    grid, own = tmp_path / "ticks_droplast_dirichlet0.1", tmp_path / "decompose30" / "ticks_droplast_dirichlet0.1"
+    base = np.linspace(0.5, 0.8, 40)  # the grid's run of 40 aggregations: read up to 30
+    run_file(str(grid / "fedavg-seed0.h5"), base)
+    run_file(str(own / "fedqs-avg_fedqs-variant-authors_fedqs-no-feedback-seed0.h5"), base[:R] + 0.01)
+    run_file(str(own / "fedqs-avg_fedqs-variant-authors-seed0.h5"), base[:R - 1])  # too short: not read
+    assert fedqs_regime.accuracy_at(str(grid / "fedavg-seed0.h5"), R) == base[R - 20:R].mean()
+    assert np.isnan(fedqs_regime.accuracy_at(str(own / "fedqs-avg_fedqs-variant-authors-seed0.h5"), R))
+    args = fedqs_regime.parse(["--out-dir", str(tmp_path), "--seeds", "0,1"])
+    lines = fedqs_regime.decompose(args, "dirichlet:0.1", R, run=False)
+    assert len(lines) == 3 and lines[2].startswith("| feedback weights off | fedqs-avg:fedqs-variant=authors:fedqs-no-")
+    assert f"| 1 | {100 * base[10:30].mean():.2f} | {100 * base[10:30].mean() + 1:.2f} | +1.00 |" in lines[2]
+    # its own runs: in their folder, never in the grid's CSV
+    argv = fedqs_regime.semiasync_argv(args, "dirichlet:0.1", out_dir=str(tmp_path / "decompose30"))
+    assert "--csv" not in argv and argv[argv.index("--out-dir") + 1] == str(tmp_path / "decompose30" / "dirichlet0.1")
+
+
 def test_regime_rows_written_by_parallel_streams_are_all_kept(monkeypatch, tmp_path):
     """Two invocations on one CSV (the grid's parallel streams): each run's row is added to what
     the file holds at that moment, not to what the invocation read when it started."""
