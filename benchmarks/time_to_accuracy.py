@@ -43,6 +43,7 @@ import csv
 import math
 import os
 import re
+import statistics
 import sys
 from typing import NamedTuple
 
@@ -461,6 +462,7 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                     tuned_sync = min(((p, r) for p, r in priced if r["family"] == "synchronous"),
                                      key=lambda x: x[0].total, default=None)
                     base = next((p.total for p, r in priced if run_label(r) == baseline), None)
+                    fedavg = min((p.total for p, r in priced if r["family"] == "fedavg"), default=None)
                     for label in tuning_free:
                         free, want = best.get(label), None
                         if label.endswith(FABRIC_AUTO):  # this row's own run of the rule
@@ -481,7 +483,8 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                                         fastest_s=fast_p.total, tuned=tuned and run_label(tuned[1]),
                                         tuned_s=tuned and tuned[0].total, method=label, free_s=free and free[0].total,
                                         ratio=ratio, verdict=v, why=reason, cadence=want,
-                                        sync_s=tuned_sync and tuned_sync[0].total, baseline_s=base))
+                                        sync_s=tuned_sync and tuned_sync[0].total, baseline_s=base,
+                                        fedavg_s=fedavg, free_monitor=free and free[0].monitor))
     return out
 
 
@@ -532,6 +535,26 @@ def comm_bound(rows: list[dict]) -> list[list]:
                     "-" if speedup is None else "met" if speedup >= 1.5 else "not met",
                     "-" if base is None else f"{base:.1f}",
                     "-" if base is None or r["free_s"] is None else "met" if r["free_s"] <= base else "not met"])
+    return out
+
+
+SLOW_LINK = "cross-site-1g"
+
+
+def versus_fedavg(rows: list[dict], fabric: str = SLOW_LINK) -> list[list]:
+    """On ``fabric``, per (d, step): the rows where the tuning-free run is slower than FedAvg's
+    fastest τ, and those it loses by the monitoring alone (slower, but not without the time of
+    its state reductions). Goal: none of the latter."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["fabric"] == fabric and r["free_s"] is not None and r["fedavg_s"] is not None:
+            groups.setdefault((r["size"] if not r["own_size"] else "own", step_name(r["step"])), []).append(r)
+    out = []
+    for (d, step), g in groups.items():
+        slower = [r for r in g if r["free_s"] > r["fedavg_s"]]
+        by_monitor = [r for r in slower if r["free_s"] - r["free_monitor"] <= r["fedavg_s"]]
+        out.append([f"{d:,}" if d != "own" else "own", step, len(g), len(g) - len(slower), len(slower), len(by_monitor),
+                    f"{statistics.median(r['free_monitor'] / r['free_s'] for r in g):.1%}"])
     return out
 
 
@@ -605,6 +628,13 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
                      f"{sum(b[10] == 'met' for b in bound)} of {len(bound)} rows met the >= 1.5x goal; "
                      f"{sum(b[12] == 'met' for b in bound)} of {sum(b[11] != '-' for b in bound)} with a {baseline} run "
                      f"were no later than it ('-': no such run reached the target)")
+        slow = versus_fedavg(mine)
+        lost = sum(row[5] for row in slow)
+        print_report(f"On {SLOW_LINK}: {method} against FedAvg's fastest τ", ["d", "step", "rows", "FDA no later",
+                     "FDA later", "later by the monitoring alone", "monitoring's share (median)"], slow,
+                     f"rows both reached; 'by the monitoring alone': later than FedAvg, but not without the time of its "
+                     f"state reductions. Goal (FDA no longer loses to FedAvg by the monitor's latency): "
+                     f"{'met' if slow and not lost else 'not met'} ({lost} of {sum(row[2] for row in slow)} rows)")
 
 
 

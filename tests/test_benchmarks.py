@@ -550,6 +550,10 @@ def test_time_model_rows_name_the_fastest_the_best_tuned_and_the_comm_bound_fami
     assert c["missed"] + c["met"] + c["far"] == 2 and "of 2 met" in tta.count_line(c)
     assert stated["verdict"] == "far" and stated["why"].startswith("monitoring")  # 62 checks of 10 ms against 0.3 s
     assert tta.causes(rows) == "monitoring 2" and tta.fastest_families(rows) == "linearfda 2"
+    # on the slow link, against FedAvg's fastest τ: later in both rows, and by the monitoring alone
+    assert measured["fedavg_s"] == pytest.approx(fedavg) and measured["free_monitor"] == pytest.approx(62 * t(8) + t(4))
+    assert [row[:6] for row in tta.versus_fedavg(rows)] == [["own", "measured", 1, 0, 1, 1], ["own", "1 ms", 1, 0, 1, 1]]
+    assert tta.versus_fedavg(rows, fabric="ethernet-10g") == []  # no row on that fabric
     # a stated model size leaves out the measured step (the CPU measured the model as it is) and prices 4·d_price bytes
     big = tta.time_rows(runs, {"m": d}, compute, [{"*": 1e6}], [None, 0.001], fabrics=("cross-site-1g",),
                         tuning_free=("linearfda auto (0.4 ep)",))
