@@ -867,6 +867,14 @@ def test_time_model_fabric_auto_takes_each_rows_own_cadence():
     assert len(rows) == 1 and rows[0]["fabric"] == "cross-site-1g"
     assert rows[0]["free_s"] == pytest.approx(3.01 + 3 * t(4 * d) + 7 * t(8))
     assert rows[0]["tuned_s"] == pytest.approx(1.0 + 100 * t(4 * d))  # only Synchronous is tuned here
+    # in hindsight: the best of every cadence run of the family in that row (here the rule's own:
+    # the other cadence's 200 checks cost 8 s), never a run without a cadence
+    assert 2.0 + 20 * t(4 * d) + 200 * t(8) > rows[0]["free_s"]
+    assert rows[0]["hindsight_s"] == pytest.approx(rows[0]["free_s"])
+    quick = dict(base, knob="auto (1 ep)", steps="100", gb=(model + k * 4) / 1e9)  # faster, but no cadence
+    again = tta.time_rows([mine, other, sync, quick], {"m": d}, compute, [None], [None], fabrics=("cross-site-1g",),
+                          tuning_free=("linearfda auto (fabric)",), ran=ran)
+    assert again[0]["hindsight_s"] == pytest.approx(rows[0]["free_s"])
     # on 10 Gb/s a 10 ms step asks for H = 1, m = 1: never run, so no row there, and said
     assert missing == {("s", "linearfda"): {(1, 1)}}
     # a rule under LinearFDA's trigger (DiLoCo's outer step, rounds ended by the variance) is priced like it
