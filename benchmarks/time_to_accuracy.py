@@ -468,8 +468,8 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                         if label.endswith(FABRIC_AUTO):  # this row's own run of the rule
                             family = label[:-len(FABRIC_AUTO)]
                             # the best of every cadence run in this row: what no horizon rule beats
-                            hindsight = min((p.total for p, r in priced if r["family"] == family and run_cadence(r)),
-                                            default=None)
+                            hindsight = min(((p.total, run_cadence(r)) for p, r in priced
+                                             if r["family"] == family and run_cadence(r)), default=None)
                             want = cadence(dp, k, f.gbps, f.latency_us, step_seconds(compute, model, "fedavg", step), family)
                             free = min(((p, r) for p, r in priced if r["family"] == family and run_cadence(r) == want),
                                        key=lambda x: x[0].total, default=None)
@@ -488,7 +488,7 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                                         ratio=ratio, verdict=v, why=reason, cadence=want,
                                         sync_s=tuned_sync and tuned_sync[0].total, baseline_s=base,
                                         fedavg_s=fedavg, free_monitor=free and free[0].monitor,
-                                        hindsight_s=hindsight))
+                                        hindsight_s=hindsight and hindsight[0], hindsight_cadence=hindsight and hindsight[1]))
     return out
 
 
@@ -562,6 +562,12 @@ def versus_fedavg(rows: list[dict], fabric: str = SLOW_LINK) -> list[list]:
     return out
 
 
+def horizon_ratios(rows: list[dict]) -> str:
+    """'0.17 (0.002-1)': the hindsight-best cadence's H over the rule's H, median and range over ``rows``."""
+    x = [r["hindsight_cadence"][0] / r["cadence"][0] for r in rows if r.get("hindsight_cadence") and r.get("cadence")]
+    return f"{statistics.median(x):.2g} ({min(x):.2g}-{max(x):.2g})" if x else "-"
+
+
 def causes(rows: list[dict]) -> str:
     """How many missed or far rows each part of the excess time leads: 'monitoring 12, extra steps 3'."""
     c: dict[str, int] = {}
@@ -618,14 +624,14 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
         hind = any(r["hindsight"] for r in mine)
         print_report(f"Verdict counts for {method} per setting and target (over its (d, step, fabric) rows)",
                      ["setting", "target", "met", "missed", "far", "not reached", "best tuned (most rows)"]
-                     + ["met in hindsight"] * hind,
+                     + ["met in hindsight", "its H / the rule's (median, range)"] * hind,
                      [[st, f"{t:g}", *(sum(r["verdict"].startswith(v) for r in g) for v in ("met", "missed", "far",
                                                                                              "not reached")),
                        max(dict.fromkeys(r["tuned"] or "-" for r in g), key=[r["tuned"] or "-" for r in g].count)]
-                      + [sum(r["hindsight"] == "met" for r in g)] * hind
+                      + [sum(r["hindsight"] == "met" for r in g), horizon_ratios(g)] * hind
                       for (st, t), g in cases.items()],
                      "best tuned: the tuned run fastest in most of the case's rows"
-                     + "; met in hindsight: rows the best of the family's cadence runs meets" * hind)
+                     + "; met in hindsight: rows the best of the family's cadence runs meets; its H: that run's" * hind)
         if any(r["hindsight"] for r in mine):
             best = {v: sum(r["hindsight"] == v for r in mine) for v in ("met", "missed", "far")}
             print(f"In hindsight: the best of the family's cadence runs in each row (any H, m; what no horizon rule "

@@ -871,6 +871,8 @@ def test_time_model_fabric_auto_takes_each_rows_own_cadence():
     # the other cadence's 200 checks cost 8 s), never a run without a cadence
     assert 2.0 + 20 * t(4 * d) + 200 * t(8) > rows[0]["free_s"]
     assert rows[0]["hindsight_s"] == pytest.approx(rows[0]["free_s"])
+    assert rows[0]["hindsight_cadence"] == (43, 43) and tta.horizon_ratios(rows) == "1 (1-1)"
+    assert tta.horizon_ratios([dict(hindsight_cadence=(h, 1), cadence=(10, 1)) for h in (1, 5, 40)]) == "0.5 (0.1-4)"
     quick = dict(base, knob="auto (1 ep)", steps="100", gb=(model + k * 4) / 1e9)  # faster, but no cadence
     again = tta.time_rows([mine, other, sync, quick], {"m": d}, compute, [None], [None], fabrics=("cross-site-1g",),
                           tuning_free=("linearfda auto (fabric)",), ran=ran)
