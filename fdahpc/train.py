@@ -30,6 +30,7 @@ import torch
 from .cli import parse_args
 from .comm import LaunchError, make_communicator
 from .control import StopRequest
+from .heap import keep_freed_memory
 from .run import SETUP_ERRORS, execute, fail_setup
 
 __all__ = ["main"]
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail_setup(None, [str(exc)])
     cfg = plan.cfg
     _limit_threads(cfg.threads)
+    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in again
     stop = StopRequest().install()  # before setup: a signal during it stops at the first check
     try:
         comm = make_communicator(cfg.backend, plan.mode.device(cfg), cfg.comm_timeout)
