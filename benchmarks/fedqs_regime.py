@@ -61,8 +61,16 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--clock", default="events", choices=("events", "ticks"), help="the mode's --clock")
     p.add_argument("--drop-last", action="store_true", help="the mode's --drop-last")
     p.add_argument("--decompose", type=int, metavar="R", help="run and print the decomposition of FedQS's gain at R "
-                   "aggregations (--clock/--drop-last/--methods/--rounds are the decomposition's own)")
-    return p.parse_args(argv)
+                   "aggregations (its rows set the clock, batches and methods; with --table: print only)")
+    args = p.parse_args(argv)
+    if args.decompose is not None:
+        fixed = [f"--{k.replace('_', '-')}" for k in ("clock", "drop_last", "methods", "rounds")
+                 if getattr(args, k) != p.get_default(k)]
+        if args.decompose < 20:
+            p.error(f"--decompose {args.decompose}: at least 20 aggregations (the convergence accuracy's window)")
+        if fixed:
+            p.error(f"{', '.join(fixed)} with --decompose: its rows set them; leave them out")
+    return args
 
 
 def setting(args) -> str:
@@ -194,7 +202,7 @@ def decompose(args, partition: str, rounds: int, run=True) -> list[str]:
 def main(argv=None) -> int:
     args = parse(argv)
     for partition in args.partitions.split(","):
-        if args.decompose:
+        if args.decompose is not None:
             print("\n".join(decompose(args, partition, args.decompose, run=not args.table)) + "\n")
         elif args.table:
             print("\n".join(table(partition, args.methods.split(",") + list(ABLATIONS), prefix=setting(args))) + "\n")

@@ -191,6 +191,13 @@ def test_decomposition_reads_each_run_at_the_same_aggregation_count(monkeypatch,
     lines = fedqs_regime.decompose(args, "dirichlet:0.1", R, run=False)
     assert len(lines) == 3 and lines[2].startswith("| feedback weights off | fedqs-avg:fedqs-variant=authors:fedqs-no-")
     assert f"| 1 | {100 * base[10:30].mean():.2f} | {100 * base[10:30].mean() + 1:.2f} | +1.00 |" in lines[2]
+    # its rows set the clock, the batches, the methods and the length: given too, they are refused
+    for bad in (["--clock", "ticks"], ["--drop-last"], ["--methods", "fedavg"], ["--rounds", "400"]):
+        with pytest.raises(SystemExit) as exc:
+            fedqs_regime.parse(["--decompose", "200", *bad])
+        assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        fedqs_regime.parse(["--decompose", "19"])  # shorter than the 20-evaluation window
     # its own runs: in their folder, never in the grid's CSV
     argv = fedqs_regime.semiasync_argv(args, "dirichlet:0.1", out_dir=str(tmp_path / "decompose30"))
     assert "--csv" not in argv and argv[argv.index("--out-dir") + 1] == str(tmp_path / "decompose30" / "dirichlet0.1")
