@@ -68,13 +68,3 @@ def test_an_unwritable_spill_dir_is_one_line_naming_the_flag(tmp_path):
 def test_capacity_must_be_positive():
     with pytest.raises(ValueError, match="capacity 0"):
         ModelStore(0, None, lambda: {})
-
-
-def test_freed_models_go_back_to_the_system_on_glibc():
-    import platform
-
-    from fdahpc.semiasync.store import release_freed_models
-
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip("mallopt is glibc's")
-    assert release_freed_models() is True

@@ -27,7 +27,7 @@ from .clock import VALIDATION, VirtualClock, parse_scenarios, stream_rng
 from .fedqs import SIMILARITIES, FedQSParams, label_probe
 from .rules import BUFFER_RULES, rule_options
 from .server import Server
-from .store import release_freed_models
+from ..heap import release_freed_models
 from .ticks import CLOCKS, TickClock
 
 __all__ = ["MODE", "SemiAsyncMode", "SemiAsyncOptions", "SemiAsyncJob", "fedqs_params", "host_of"]
@@ -182,7 +182,7 @@ class SemiAsyncMode(Mode):
         return SemiAsyncOptions(rule, fedqs)
 
     def prepare(self, plan: Plan, comm) -> None:
-        """Every rank returns freed models to the system at once (store.py)."""
+        """Every rank returns freed models to the system at once (heap.py)."""
         release_freed_models()
 
     def device(self, cfg) -> str:

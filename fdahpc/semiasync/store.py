@@ -31,32 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["ModelStore", "capacity", "release_freed_models"]
-
-#: Allocations from this size on are mapped on their own and unmapped when freed.
-MMAP_THRESHOLD = 1 << 20
-
-
-def release_freed_models(threshold: int = MMAP_THRESHOLD) -> bool:
-    """Make glibc give every freed model back to the system at once.
-
-    glibc raises its mmap threshold each time a large block is freed, after which blocks
-    of that size come from the heap, which it rarely shrinks: a rank that allocates and
-    frees thousands of model-sized vectors (updates received, versions copied, payloads
-    cloned) then keeps far more than it holds. Measured with 1,000 small-CNN FedQS clients
-    on 4 ranks (200 aggregations, 1 GB model cache): 7.8 GB of peak RSS with glibc's
-    default, 6.2 GB with a fixed 1 MB threshold, for the same models held and results.
-    Setting the threshold (``mallopt``) fixes it and ends the adjustment. Returns False
-    where there is no glibc (nothing changes there)."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    M_MMAP_THRESHOLD = -3
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold)))
-
+__all__ = ["ModelStore", "capacity"]
 
 def capacity(gb: float | None, floats: int) -> int | None:
     """How many float32 vectors of ``floats`` entries fit in ``gb`` GB (at least one; None: no limit)."""
