@@ -632,7 +632,7 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
                       for (st, t), g in cases.items()],
                      "best tuned: the tuned run fastest in most of the case's rows"
                      + "; met in hindsight: rows the best of the family's cadence runs meets; its H: that run's" * hind)
-        if any(r["hindsight"] for r in mine):
+        if hind:
             best = {v: sum(r["hindsight"] == v for r in mine) for v in ("met", "missed", "far")}
             print(f"In hindsight: the best of the family's cadence runs in each row (any H, m; what no horizon rule "
                   f"can beat) would meet {best['met']} of {len(mine)} rows, {best['missed']} missed, {best['far']} far, "
