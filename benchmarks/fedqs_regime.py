@@ -170,7 +170,7 @@ def decompose(args, partition: str, rounds: int, run=True) -> list[str]:
 
     def where(clock, drop_last, method, seed, parent):
         tag = setting(argparse.Namespace(clock=clock, drop_last=drop_last)) + partition.replace(":", "")
-        return os.path.join(parent, tag, f"{method.replace(':', '_').replace('=', '-')}-seed{seed}.h5")
+        return semiasync.run_path(os.path.join(parent, tag), method, seed)
 
     def accuracy(clock, drop_last, method, seed):
         found = accuracy_at(where(clock, drop_last, method, seed, args.out_dir), rounds)

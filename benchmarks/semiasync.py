@@ -93,6 +93,11 @@ def flags_for(args, method: str, seed: int) -> list[str]:
     return flags + own + args.extra.split()
 
 
+def run_path(out_dir: str, method: str, seed: int) -> str:
+    """The run file of ``method`` (``semiasync.py`` syntax) at ``seed`` in ``out_dir``."""
+    return os.path.join(out_dir, f"{method.replace(':', '_').replace('=', '-')}-seed{seed}.h5")
+
+
 def time_to(run: dict, accuracy: float) -> float:
     """Virtual time of the first evaluated round at or above ``accuracy`` (NaN if never)."""
     acc, t = run["round/accuracy"], run["round/virtual_time"]
@@ -164,7 +169,7 @@ def main(argv=None) -> int:
         for method in methods:
             if (method, seed) in done:
                 continue
-            out = os.path.join(args.out_dir, f"{method.replace(':', '_').replace('=', '-')}-seed{seed}.h5")
+            out = run_path(args.out_dir, method, seed)
             run = None
             if args.reuse and os.path.exists(out):
                 try:
