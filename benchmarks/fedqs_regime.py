@@ -22,6 +22,9 @@ resumes where it stopped. ``--clock ticks`` and ``--drop-last`` (docs/tick-clock
 every run, and their names into the CSV's and the run folder's (``fedqs_regime_ticks_droplast_<partition>.csv``),
 so the event-clock grid stays as it is.
 
+``--partitions roles`` is the paper's text task: Shakespeare by speaking role, its LSTM, at a
+reduced size (``TEXT_TRAIN_SAMPLES``, ``TEXT_EVAL_SAMPLES``; docs/tick-clock.md).
+
 ``--decompose R`` (issue 43) takes FedQS's gain over its baseline apart, one switch at a
 time away from the authors' simulator (tick clock, drop-last, their variant with feedback):
 feedback off, their momentum on, the event clock, every batch. Each row is read at R
@@ -51,10 +54,15 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--partitions", default="dirichlet:0.1,dirichlet:0.5")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--model", default="lenet5bn")
+    p.add_argument("--model", default=None, help="default: lenet5bn; on --partitions roles (Shakespeare) the paper's lstm")
+    p.add_argument("--train-samples", type=int, default=None,
+                   help="the mode's --train-samples (default: all; on --partitions roles 10000, about 100 per client)")
+    p.add_argument("--eval-samples", type=int, default=None,
+                   help="the mode's --eval-samples (default: all; on --partitions roles 500)")
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--ranks", type=int, default=2, help="2: one host computes every job (about one busy core)")
-    p.add_argument("--eval-every", type=int, default=2)
+    p.add_argument("--eval-every", type=int, default=None, help="score the global model every N aggregations (default 2; "
+                   "--decompose: 1)")
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "fedqs-regime"))
     p.add_argument("--no-reuse", action="store_true", help="rerun finished runs instead of reading them")
     p.add_argument("--table", action="store_true", help="print docs/results.md's tables from the CSVs; run nothing")
@@ -64,12 +72,14 @@ def parse(argv=None) -> argparse.Namespace:
                    "aggregations (its rows set the clock, batches and methods; with --table: print only)")
     args = p.parse_args(argv)
     if args.decompose is not None:
-        fixed = [f"--{k.replace('_', '-')}" for k in ("clock", "drop_last", "methods", "rounds")
+        fixed = [f"--{k.replace('_', '-')}" for k in ("clock", "drop_last", "methods", "rounds", "eval_every")
                  if getattr(args, k) != p.get_default(k)]
         if args.decompose < 20:
             p.error(f"--decompose {args.decompose}: at least 20 aggregations (the convergence accuracy's window)")
         if fixed:
             p.error(f"{', '.join(fixed)} with --decompose: its rows set them; leave them out")
+    # --decompose: the convergence accuracy at R is the mean of evaluations R-19..R, so every one is scored
+    args.eval_every = args.eval_every or (1 if args.decompose is not None else 2)
     return args
 
 
@@ -78,14 +88,25 @@ def setting(args) -> str:
     return "".join([f"{args.clock}_" if args.clock != "events" else "", "droplast_" if args.drop_last else ""])
 
 
+#: The text task's reduced size (docs/tick-clock.md): the LSTM takes about 0.25 s a step on one
+#: core here, so each client keeps about 100 of its roles' windows (2.6 steps a job) and the
+#: server scores 500 test windows spread over every role.
+TEXT_TRAIN_SAMPLES, TEXT_EVAL_SAMPLES = 10_000, 500
+
+
 def semiasync_argv(args, partition: str, out_dir: str | None = None) -> list[str]:
     """``benchmarks/semiasync.py``'s command line for one partition of the grid (``out_dir``:
     the run folder's parent, and no CSV: the decomposition's runs)."""
     tag = setting(args) + partition.replace(":", "")
+    text = partition == "roles"
+    limits = dict(train_samples=args.train_samples or (TEXT_TRAIN_SAMPLES if text else None),
+                  eval_samples=args.eval_samples or (TEXT_EVAL_SAMPLES if text else None))
     extra = " ".join(["--clip-grad-norm 20", f"--clock {args.clock}" if args.clock != "events" else "",
-                      "--drop-last" if args.drop_last else ""]).strip()
-    flags = ["--methods", args.methods, "--seeds", args.seeds, "--ranks", str(args.ranks), "--dataset", "fashion-mnist",
-             "--model", args.model, "--partition", partition, "--clients", "100", "--buffer", "10", "--speed-ratio", "50",
+                      "--drop-last" if args.drop_last else "",
+                      *(f"--{k.replace('_', '-')} {v}" for k, v in limits.items() if v is not None)]).strip()
+    flags = ["--methods", args.methods, "--seeds", args.seeds, "--ranks", str(args.ranks),
+             "--dataset", "shakespeare" if text else "fashion-mnist",
+             "--model", args.model or ("lstm" if text else "lenet5bn"), "--partition", partition, "--clients", "100", "--buffer", "10", "--speed-ratio", "50",
              "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50", "--lr", "0.1",
              "--eval-every", str(args.eval_every), "--extra", extra,
              "--out-dir", os.path.join(out_dir or args.out_dir, tag)]

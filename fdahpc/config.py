@@ -60,6 +60,8 @@ class TrainConfig:
     target_loss: float | None = _f(None, "stop as soon as the global (averaged) model's test loss (mean cross-entropy) is <= this", resumable=True)
     eval_samples: int | None = _f(None, "score the model on this many test samples, evenly spaced through the test set and the "
                                   "same at every evaluation (e.g. for the Shakespeare LSTM's costly test); all when omitted")
+    train_samples: int | None = _f(None, "train on this many training samples, evenly spaced through the training set (every "
+                                   "class or role keeps its share) and taken before the partition; all when omitted")
     eval_every: int | None = _f(None, "sync: also evaluate every N steps (always at each epoch end); semiasync: every N rounds (default 1)", resumable=True)
     seed: int = _f(0, "run seed: model init, partition, shuffling and sketch hashes derive from it")
     drop_last: bool = _f(False, "drop each pass's last partial minibatch (every rule, both modes): semiasync jobs take "
@@ -196,8 +198,8 @@ OPTION_FIELDS = tuple(f for f in fields(TrainConfig) if not f.metadata.get("inte
 #: run that does not read one the user gave refuses it (:func:`fdahpc.run.refuse_unread`).
 COMMON = frozenset((
     "mode", "strategy", "model", "dataset", "data_dir", "partition", "context", "gpt_layers", "gpt_heads", "gpt_width",
-    "batch_size", "optimizer", "lr", "weight_decay", "target_accuracy", "target_loss", "eval_samples", "eval_every",
-    "seed", "drop_last", "clip_grad_norm", "out", "checkpoint_dir", "checkpoint_every", "resume", "backend", "device",
+    "batch_size", "optimizer", "lr", "weight_decay", "target_accuracy", "target_loss", "eval_samples", "train_samples",
+    "eval_every", "seed", "drop_last", "clip_grad_norm", "out", "checkpoint_dir", "checkpoint_every", "resume", "backend", "device",
     "comm_timeout", "threads", "log_every"))
 
 
@@ -207,7 +209,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "trigger", "model", "dataset", "data_dir", "partition"),
     "text": ("context", "gpt_layers", "gpt_heads", "gpt_width"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy", "target_loss",
-                 "eval_samples", "eval_every", "seed", "drop_last", "clip_grad_norm"),
+                 "eval_samples", "train_samples", "eval_every", "seed", "drop_last", "clip_grad_norm"),
     "fda": ("theta", "theta_auto_epochs", "theta_round_epochs", "theta_fabric", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs", "warmup_steps"),
@@ -257,6 +259,8 @@ def check_values(c: TrainConfig) -> None:
                  f"--target-loss {c.target_loss}: must be a positive cross-entropy, e.g. 1.6")
     if c.eval_samples is not None:
         _require(c.eval_samples >= 1, f"--eval-samples {c.eval_samples}: must be >= 1 (omit it to score the whole test set)")
+    if c.train_samples is not None:
+        _require(c.train_samples >= 1, f"--train-samples {c.train_samples}: must be >= 1 (omit it to train on every sample)")
     if c.eval_every is not None:
         _require(c.eval_every >= 1, f"--eval-every {c.eval_every}: must be >= 1")
     if c.checkpoint_every is not None:

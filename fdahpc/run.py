@@ -336,18 +336,32 @@ def mode_of(name: str) -> Mode:
     return importlib.import_module(MODES[name]).MODE
 
 
+def evenly_spaced(n: int, k: int) -> np.ndarray:
+    """``min(k, n)`` distinct rows of ``0..n-1`` spread evenly from the first to the last:
+    every part of an ordered set (every role of a text, every class of a sorted one) keeps
+    its share."""
+    return np.unique(np.linspace(0, n - 1, min(k, n)).round().astype(np.int64)) if n else np.zeros(0, dtype=np.int64)
+
+
 def load_data(cfg, train_indices: Callable, test_indices: Callable | None = None):
     """The dataset of ``cfg``, with the training rows ``train_indices(labels)`` picks for this
     rank (and the test rows ``test_indices(labels)`` picks; all when None, or ``--eval-samples``
-    rows spread evenly over the test set). ``--dataset module.path:function`` is called here,
-    on every rank, through the same readers (:func:`fdahpc.data.load_dataset`)."""
+    rows spread evenly over the test set). ``--train-samples N`` keeps N training rows spread
+    evenly over the training set first; ``train_indices`` then partitions those (its indices
+    are into them). ``--dataset module.path:function`` is called here, on every rank, through
+    the same readers (:func:`fdahpc.data.load_dataset`)."""
     text = {}
     if check_dataset(cfg.dataset)[0] in TEXT_DATASETS:
         text = dict(context=text_options(cfg).context, targets="sequence" if cfg.model == "gpt" else "last")
     if test_indices is None and cfg.eval_samples is not None:
-        def test_indices(labels):  # evenly spaced: every part of the test set (every role, every class) is seen
-            n = len(labels)
-            return np.unique(np.linspace(0, n - 1, min(cfg.eval_samples, n)).round().astype(np.int64)) if n else labels[:0]
+        def test_indices(labels):
+            return evenly_spaced(len(labels), cfg.eval_samples)
+    if cfg.train_samples is not None:
+        partition_of = train_indices
+
+        def train_indices(labels):
+            kept = evenly_spaced(len(labels), cfg.train_samples)
+            return kept[np.asarray(partition_of(labels[kept]), dtype=np.int64)]
     return load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed, train_indices=train_indices,
                         test_indices=test_indices, **text)
 

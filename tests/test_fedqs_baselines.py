@@ -134,6 +134,19 @@ def test_regime_benchmark_runs_every_method_in_the_papers_setting(monkeypatch):
     assert flags[-5:] == ["--clip-grad-norm", "20", "--clock", "ticks", "--drop-last"]
     cfg = parse_args(flags).cfg
     assert cfg.clock == "ticks" and cfg.drop_last
+    # the text task: Shakespeare by role with the paper's LSTM, at the reduced size; images keep every sample
+    text = semiasync.parse(fedqs_regime.semiasync_argv(fedqs_regime.parse(["--clock", "ticks", "--drop-last"]), "roles"))
+    assert (text.dataset, text.model) == ("shakespeare", "lstm") and text.csv.endswith("fedqs_regime_ticks_droplast_roles.csv")
+    cfg = parse_args(semiasync.flags_for(text, "fedqs-sgd:fedqs-variant=authors", 0)).cfg
+    assert (cfg.train_samples, cfg.eval_samples) == (fedqs_regime.TEXT_TRAIN_SAMPLES, fedqs_regime.TEXT_EVAL_SAMPLES)
+    assert "samples" not in ticks.extra
+    mine = semiasync.parse(fedqs_regime.semiasync_argv(fedqs_regime.parse(["--train-samples", "900", "--model", "lenet5"]),
+                                                       "dirichlet:0.5"))
+    assert "--train-samples 900" in mine.extra and "--eval-samples" not in mine.extra and mine.model == "lenet5"
+    # the decomposition's convergence accuracy needs every aggregation scored: it sets --eval-every 1
+    assert fedqs_regime.parse(["--decompose", "200"]).eval_every == 1
+    with pytest.raises(SystemExit):
+        fedqs_regime.parse(["--decompose", "200", "--eval-every", "2"])
 
 
 def test_regime_table_compares_an_ablation_with_its_full_method(monkeypatch, tmp_path):

@@ -23,7 +23,7 @@ CHANGED = dict(
     strategy="fedavg", trigger="linear", model="mlr", dataset="synthetic", data_dir="/data", partition="dirichlet:0.5",
     context=32, gpt_layers=2, gpt_heads=2, gpt_width=32,
     batch_size=16, optimizer="sgd", lr=0.05, weight_decay=1e-4, epochs=2.0, max_steps=100, target_accuracy=0.9,
-    target_loss=1.5, eval_samples=100,
+    target_loss=1.5, eval_samples=100, train_samples=1000,
     eval_every=7, seed=1, drop_last=True, clip_grad_norm=5.0, theta=4.0, theta_auto_epochs=2.0, fda_lag=1, tau=5,
     local_epochs=2.0, warmup_steps=3, fda_every=2, theta_round_epochs=2.0, theta_fabric="1,10,5",
     sketch_rows=3, sketch_cols=100, sketch_eps=0.05, log_variance=True, fda_log_every=2, server_lr=0.5,

@@ -286,3 +286,33 @@ def test_eval_samples_scores_an_evenly_spaced_subset(play_dir):
     assert part.y_test.tolist() == full.y_test[np.linspace(0, n - 1, 5).round().astype(int)].tolist()
     with pytest.raises(ValueError, match="--eval-samples 0: must be >= 1"):
         TrainConfig(**options, eval_samples=0)
+
+
+def test_train_samples_keeps_an_evenly_spaced_subset_before_the_partition(play_dir):
+    """--train-samples N: the partitioner sees the N evenly spaced rows (its indices are into
+    them), and the rows loaded are those of the full set."""
+    from fdahpc.config import TrainConfig
+    from fdahpc.run import load_data
+
+    options = dict(dataset="shakespeare", data_dir=str(play_dir), model="lstm", context=8)
+    seen = {}
+
+    def every(roles):
+        seen["all"] = roles.copy()
+        return np.arange(len(roles))
+
+    def odd_rows(roles):  # a partitioner keeping every other row it is shown
+        seen["kept"] = roles.copy()
+        return np.arange(1, len(roles), 2)
+
+    full = load_data(TrainConfig(**options), every)
+    n = len(full.x_train)
+    part = load_data(TrainConfig(**options, train_samples=9), odd_rows)
+    kept = np.linspace(0, n - 1, 9).round().astype(int)
+    assert kept[0] == 0 and kept[-1] == n - 1 and len(set(kept)) == 9
+    assert seen["kept"].tolist() == seen["all"][kept].tolist()  # the partitioner sees the kept rows' roles
+    assert part.x_train[np.arange(len(part.x_train))].tolist() == full.x_train[kept[1::2]].tolist()
+    assert part.y_train.tolist() == full.y_train[kept[1::2]].tolist()
+    assert len(load_data(TrainConfig(**options, train_samples=10 * n), lambda r: np.arange(len(r))).x_train) == n
+    with pytest.raises(ValueError, match="--train-samples 0: must be >= 1"):
+        TrainConfig(**options, train_samples=0)
