@@ -68,6 +68,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--table", action="store_true", help="print docs/results.md's tables from the CSVs; run nothing")
     p.add_argument("--clock", default="events", choices=("events", "ticks"), help="the mode's --clock")
     p.add_argument("--drop-last", action="store_true", help="the mode's --drop-last")
+    p.add_argument("--summary", action="store_true", help="print the README's table (clock × variant × feedback × "
+                   "partition) from every grid CSV; run nothing")
     p.add_argument("--decompose", type=int, metavar="R", help="run and print the decomposition of FedQS's gain at R "
                    "aggregations (its rows set the clock, batches and methods; with --table: print only)")
     args = p.parse_args(argv)
@@ -156,6 +158,49 @@ def table(partition: str, methods: list[str], csv_dir: str = RESULTS,
     return out
 
 
+#: The summary's columns: (heading, method); a FedQS column also gives its difference to
+#: FedAvg (FedQS-Avg) or FedSGD (FedQS-SGD) on the seeds both have, ablations included.
+SUMMARY = (("FedAvg", "fedavg"), ("FedQS-Avg paper", "fedqs-avg"), ("FedQS-Avg authors", "fedqs-avg:fedqs-variant=authors"),
+           ("authors, no feedback", "fedqs-avg:fedqs-variant=authors:fedqs-no-feedback"),
+           ("FedSGD", "fedsgd"), ("FedQS-SGD paper", "fedqs-sgd"), ("FedQS-SGD authors", "fedqs-sgd:fedqs-variant=authors"),
+           ("authors, no feedback ", "fedqs-sgd:fedqs-variant=authors:fedqs-no-feedback"))
+
+
+def summary(csv_dir: str = RESULTS) -> list[str]:
+    """The README's FedQS table: clock × variant × feedback × partition, from every grid CSV
+    (``fedqs_regime_[ticks_][droplast_]<partition>.csv``): each cell the mean convergence
+    accuracy ± sd over its seeds, a FedQS cell also its mean difference to FedAvg or FedSGD
+    on the seeds both have, and the seed count. A grid's length is its command's (the CSV
+    does not hold it): docs/tick-clock.md gives each."""
+    import re
+    import statistics
+
+    name = re.compile(r"fedqs_regime_(ticks_)?(droplast_)?((?:dirichlet[0-9.]+)|roles)\.csv$")
+    out = ["| clock | batches | partition | " + " | ".join(h.strip() for h, _ in SUMMARY) + " |",
+           "|---" * (3 + len(SUMMARY)) + "|"]
+    for file in sorted(os.listdir(csv_dir), key=lambda f: (f.count("_"), f)):
+        found = name.match(file)
+        if not found:
+            continue
+        rows = semiasync.read_rows(os.path.join(csv_dir, file))
+        cells = []
+        for _, m in SUMMARY:
+            acc = {s: 100 * r["convergence_accuracy"] for (mm, s), r in rows.items() if mm == m}
+            if not acc:
+                cells.append("–")
+                continue
+            cell = f"{statistics.fmean(acc.values()):.2f}" + (f" ± {statistics.stdev(acc.values()):.2f}" if len(acc) > 1 else "")
+            baseline = "fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg"
+            base = {s: 100 * r["convergence_accuracy"] for (mm, s), r in rows.items() if mm == baseline}
+            both = [s for s in acc if s in base]
+            gain = f"{statistics.fmean(acc[s] - base[s] for s in both):+.2f}; " if both and m != baseline else ""
+            cells.append(f"{cell} ({gain}{len(acc)})")
+        clock, batches, partition = found.groups()
+        out.append(f"| {'ticks' if clock else 'events'} | {'drop-last' if batches else 'every'} | "
+                   f"{partition.replace('dirichlet', 'Dirichlet ').replace('roles', 'Shakespeare roles')} | " + " | ".join(cells) + " |")
+    return out
+
+
 #: The decomposition's rows: (what differs from the authors' simulator, clock, drop-last,
 #: method, its baseline). A baseline runs under the row's own clock and batches.
 DECOMPOSITION = (
@@ -222,6 +267,9 @@ def decompose(args, partition: str, rounds: int, run=True) -> list[str]:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.summary:
+        print("\n".join(summary()))
+        return 0
     for partition in args.partitions.split(","):
         if args.decompose is not None:
             print("\n".join(decompose(args, partition, args.decompose, run=not args.table)) + "\n")

@@ -234,3 +234,30 @@ def test_regime_rows_written_by_parallel_streams_are_all_kept(monkeypatch, tmp_p
     semiasync.save_row(path, row("fedavg", 0, 0.75), {"fedavg": 0})  # a rerun replaces its own row only
     rows = semiasync.read_rows(path)
     assert {k: r["convergence_accuracy"] for k, r in rows.items()} == {("fedavg", 0): 0.75, ("fedsgd", 0): 0.8}
+
+
+def test_summary_puts_every_grid_in_one_table(monkeypatch, tmp_path):
+    """--summary: one row per grid CSV (clock, batches and partition read from its name), each
+    cell mean ± sd (seeds), a FedQS cell with its difference to FedAvg or FedSGD on shared seeds."""
+    import os
+
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    import fedqs_regime
+    import semiasync
+
+    def write(name, accuracies):
+        rows = {(m, s): dict({f: 0.0 for f in semiasync.FIELDS}, method=m, seed=s, convergence_accuracy=a)
+                for (m, s), a in accuracies.items()}
+        semiasync.write_rows(str(tmp_path / name), rows, {})
+
+    write("fedqs_regime_dirichlet0.5.csv", {("fedavg", 0): 0.80, ("fedavg", 1): 0.82, ("fedqs-avg", 0): 0.83,
+                                            ("fedsgd", 1): 0.70, ("fedqs-sgd:fedqs-variant=authors", 1): 0.65})
+    write("fedqs_regime_ticks_droplast_roles.csv", {("fedavg", 2): 0.40})
+    write("fedqs_regime_ticks_droplast_dirichlet0.1_slice60.csv", {("fedavg", 0): 0.5})  # not a grid: left out
+    lines = fedqs_regime.summary(str(tmp_path))
+    assert len(lines) == 4
+    events = lines[2].split(" | ")
+    assert events[:3] == ["| events", "every", "Dirichlet 0.5"]
+    assert events[3] == "81.00 ± 1.41 (2)" and events[4] == "83.00 (+3.00; 1)" and events[5] == "–"
+    assert events[7] == "70.00 (1)" and events[9] == "65.00 (-5.00; 1)"
+    assert lines[3].startswith("| ticks | drop-last | Shakespeare roles | 40.00 (1) | – |")
