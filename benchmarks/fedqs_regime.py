@@ -23,7 +23,7 @@ every run, and their names into the CSV's and the run folder's (``fedqs_regime_t
 so the event-clock grid stays as it is.
 
 ``--partitions roles`` is the paper's text task: Shakespeare by speaking role, its LSTM, at a
-reduced size (``TEXT_TRAIN_SAMPLES``, ``TEXT_EVAL_SAMPLES``; docs/tick-clock.md).
+reduced size (``TEXT``; docs/tick-clock.md).
 
 ``--decompose R`` (issue 43) takes FedQS's gain over its baseline apart, one switch at a
 time away from the authors' simulator (tick clock, drop-last, their variant with feedback):
@@ -56,9 +56,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--model", default=None, help="default: lenet5bn; on --partitions roles (Shakespeare) the paper's lstm")
     p.add_argument("--train-samples", type=int, default=None,
-                   help="the mode's --train-samples (default: all; on --partitions roles 10000, about 100 per client)")
+                   help="the mode's --train-samples (default: all; on --partitions roles TEXT's)")
     p.add_argument("--eval-samples", type=int, default=None,
-                   help="the mode's --eval-samples (default: all; on --partitions roles 500)")
+                   help="the mode's --eval-samples (default: all; on --partitions roles TEXT's)")
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--ranks", type=int, default=2, help="2: one host computes every job (about one busy core)")
     p.add_argument("--eval-every", type=int, default=None, help="score the global model every N aggregations (default 2; "
@@ -90,10 +90,13 @@ def setting(args) -> str:
     return "".join([f"{args.clock}_" if args.clock != "events" else "", "droplast_" if args.drop_last else ""])
 
 
-#: The text task's reduced size (docs/tick-clock.md): the LSTM takes about 0.25 s a step on one
-#: core here, so each client keeps about 100 of its roles' windows (2.6 steps a job) and the
-#: server scores 500 test windows spread over every role.
-TEXT_TRAIN_SAMPLES, TEXT_EVAL_SAMPLES = 10_000, 500
+#: The text task, reduced to fit here (docs/tick-clock.md). The LSTM takes about 0.25 s a step
+#: on one core, so N = 50 clients with K = 5 (the paper's N/K = 10) keep about 100 of their
+#: roles' windows each (2–4 steps a job), and the server scores 500 test windows spread over
+#: every role. SGD 0.1 leaves it predicting spaces for hundreds of aggregations, so the lr is
+#: LEAF's order for this model, 1.0, and FedQS's lr bounds and rate move with it (× 10).
+TEXT = dict(clients=50, buffer=5, lr=1.0, train_samples=5_000, eval_samples=500,
+            fedqs="--fedqs-a 0.02 --fedqs-lr-min 0.01 --fedqs-lr-max 2")
 
 
 def semiasync_argv(args, partition: str, out_dir: str | None = None) -> list[str]:
@@ -101,16 +104,18 @@ def semiasync_argv(args, partition: str, out_dir: str | None = None) -> list[str
     the run folder's parent, and no CSV: the decomposition's runs)."""
     tag = setting(args) + partition.replace(":", "")
     text = partition == "roles"
-    limits = dict(train_samples=args.train_samples or (TEXT_TRAIN_SAMPLES if text else None),
-                  eval_samples=args.eval_samples or (TEXT_EVAL_SAMPLES if text else None))
+    limits = dict(train_samples=args.train_samples or (TEXT["train_samples"] if text else None),
+                  eval_samples=args.eval_samples or (TEXT["eval_samples"] if text else None))
     extra = " ".join(["--clip-grad-norm 20", f"--clock {args.clock}" if args.clock != "events" else "",
                       "--drop-last" if args.drop_last else "",
                       *(f"--{k.replace('_', '-')} {v}" for k, v in limits.items() if v is not None)]).strip()
     flags = ["--methods", args.methods, "--seeds", args.seeds, "--ranks", str(args.ranks),
              "--dataset", "shakespeare" if text else "fashion-mnist",
-             "--model", args.model or ("lstm" if text else "lenet5bn"), "--partition", partition, "--clients", "100", "--buffer", "10", "--speed-ratio", "50",
-             "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50", "--lr", "0.1",
-             "--eval-every", str(args.eval_every), "--extra", extra,
+             "--model", args.model or ("lstm" if text else "lenet5bn"), "--partition", partition, "--clients", str(TEXT["clients"] if text else 100),
+             "--buffer", str(TEXT["buffer"] if text else 10), "--speed-ratio", "50",
+             "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50",
+             "--lr", str(TEXT["lr"] if text else 0.1), "--eval-every", str(args.eval_every), "--extra", extra,
+             "--fedqs-extra", TEXT["fedqs"] if text else "",
              "--out-dir", os.path.join(out_dir or args.out_dir, tag)]
     flags += [] if out_dir else ["--csv", os.path.join(RESULTS, f"fedqs_regime_{tag}.csv")]
     return flags + ([] if args.no_reuse else ["--reuse"])

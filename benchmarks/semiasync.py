@@ -60,6 +60,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=None, help="client learning rate (default: the mode's, SGD 0.1)")
     p.add_argument("--eval-every", type=int, default=1, help="score every N rounds (sync-fedavg, with N/K fewer rounds, every round)")
     p.add_argument("--extra", default="", help="more flags for every run, e.g. '--scenario fluctuate:10'")
+    p.add_argument("--fedqs-extra", default="", help="more flags for the FedQS rules' runs only (options the others "
+                   "refuse), e.g. '--fedqs-lr-max 2'; not part of the method's name")
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "semiasync"))
     p.add_argument("--csv", default=None, help="also write the per-run rows here")
     p.add_argument("--timeout", type=float, default=4 * 3600)
@@ -90,7 +92,7 @@ def flags_for(args, method: str, seed: int) -> list[str]:
         flags += ["--tau", str(args.tau)]
     if args.lr is not None:
         flags += ["--lr", str(args.lr)]
-    return flags + own + args.extra.split()
+    return flags + own + args.extra.split() + (args.fedqs_extra.split() if method.startswith("fedqs") else [])
 
 
 def run_path(out_dir: str, method: str, seed: int) -> str:

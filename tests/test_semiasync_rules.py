@@ -706,7 +706,8 @@ def test_layer_angle_matches_naive(seed):
 def test_params_validation():
     for kwargs, name in (({"eta0": 0}, "eta0"), ({"a": -1}, "a"), ({"m0": 0.6}, "m0"), ({"k": -0.1}, "k"),
                          ({"lr_min": 0}, "lr_min"), ({"lr_max": 0.0005}, "lr_max"), ({"cap": 0}, "cap"),
-                         ({"label_gap": 30}, "label_gap"), ({"a": float("nan")}, "a"), ({"momentum": 1}, "momentum")):
+                         ({"label_gap": 30}, "label_gap"), ({"a": float("nan")}, "a"), ({"momentum": 1}, "momentum"),
+                         ({"eta0": 1.0}, "eta0"), ({"eta0": 0.0005}, "eta0")):  # --lr outside [lr_min, lr_max]
         with pytest.raises(ValueError, match=re.escape(_FLAGS.get(name, f"FedQSParams.{name}") + " ")):
             FedQSParams(**kwargs)
 

@@ -209,6 +209,10 @@ class FedQSParams:
             fail("lr_min", "must be positive", "0.001")
         if number("lr_max") < self.lr_min:
             fail("lr_max", f"must be >= {_FLAGS['lr_min']} {self.lr_min}", "0.2")
+        if not self.lr_min <= self.eta0 <= self.lr_max:  # else the first decision would clip it there
+            fail("eta0", f"outside FedQS's lr bounds [{_FLAGS['lr_min']} {self.lr_min}, {_FLAGS['lr_max']} "
+                 f"{self.lr_max}], to which every client's lr is clipped; move the bounds (and {_FLAGS['a']}) with it",
+                 "--lr 1.0 --fedqs-lr-min 0.01 --fedqs-lr-max 2.0 --fedqs-a 0.02")
         if number("cap") <= 0:
             fail("cap", "must be positive", "9.0")
         if number("g_max") <= 0:

@@ -91,7 +91,7 @@ class SemiAsyncOptions(NamedTuple):
     """What a semi-asynchronous run's rule and clients run with, built and checked once."""
 
     rule: object  # the rule's Options (rules.BUFFER_RULES[name].Options)
-    fedqs: FedQSParams  # Mod②'s hyper-parameters (read by the rules whose clients keep state)
+    fedqs: FedQSParams | None  # Mod②'s hyper-parameters (FedQS's rules, whose clients keep state; None for the others)
 
 
 class SemiAsyncMode(Mode):
@@ -175,7 +175,8 @@ class SemiAsyncMode(Mode):
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
                     "SGD heavy-ball step; drop --optimizer")
         rule = rule_options(cfg.strategy, cfg)  # the rule's options, checked where they live
-        fedqs = fedqs_params(cfg)  # FedQS's ranges are checked where they live
+        # FedQS's ranges (its lr bounds against --lr among them) are checked where they live
+        fedqs = fedqs_params(cfg) if BUFFER_RULES[cfg.strategy].needs_client_state else None
         one_of("--fedqs-similarity", cfg.fedqs_similarity, SIMILARITIES)
         require(cfg.backend not in TORCH_BACKENDS, f"--backend {cfg.backend}: the semi-asynchronous coordinator needs "
                 "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
@@ -217,7 +218,7 @@ class SemiAsyncMode(Mode):
         model = new_model(cfg, data).to(device)  # initialized on the CPU: the same model on any device
         flat = FlatParams(model, buffers=True)
         rule = BUFFER_RULES[cfg.strategy].build(plan.options.rule)
-        fedqs = plan.options.fedqs if rule.needs_client_state else None
+        fedqs = plan.options.fedqs
         if comm.is_root:
             if cfg.clock == "ticks":
                 clock = TickClock(cfg.clients, cfg.speed_ratio, cfg.seed, cfg.buffer)
