@@ -139,8 +139,8 @@ def test_regime_benchmark_runs_every_method_in_the_papers_setting(monkeypatch):
     assert (text.dataset, text.model) == ("shakespeare", "lstm") and text.csv.endswith("fedqs_regime_ticks_droplast_roles.csv")
     t = fedqs_regime.TEXT
     cfg = parse_args(semiasync.flags_for(text, "fedqs-sgd:fedqs-variant=authors", 0)).cfg
-    assert (cfg.train_samples, cfg.eval_samples, cfg.clients, cfg.buffer, cfg.lr) == \
-        (t["train_samples"], t["eval_samples"], t["clients"], t["buffer"], t["lr"])
+    assert (cfg.context, cfg.train_samples, cfg.eval_samples, cfg.clients, cfg.buffer, cfg.lr) == \
+        (t["context"], t["train_samples"], t["eval_samples"], t["clients"], t["buffer"], t["lr"])
     assert (cfg.fedqs_a, cfg.fedqs_lr_min, cfg.fedqs_lr_max) == (0.02, 0.01, 2.0)  # FedQS's lr scale moves with --lr
     plain = parse_args(semiasync.flags_for(text, "fedsgd", 0)).cfg  # a rule without FedQS's options gets none
     assert plain.lr == t["lr"] and "fedqs_lr_max" not in plain.given
