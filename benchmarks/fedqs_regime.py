@@ -54,15 +54,16 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--partitions", default="dirichlet:0.1,dirichlet:0.5")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--model", default=None, help="default: lenet5bn; on --partitions roles (Shakespeare) the paper's lstm")
+    p.add_argument("--model", default=None,
+                   help="default: lenet5bn; on --partitions roles (Shakespeare) the paper's lstm")
     p.add_argument("--train-samples", type=int, default=None,
                    help="the mode's --train-samples (default: all; on --partitions roles TEXT's)")
     p.add_argument("--eval-samples", type=int, default=None,
                    help="the mode's --eval-samples (default: all; on --partitions roles TEXT's)")
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--ranks", type=int, default=2, help="2: one host computes every job (about one busy core)")
-    p.add_argument("--eval-every", type=int, default=None, help="score the global model every N aggregations (default 2; "
-                   "--decompose: 1)")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="score the global model every N aggregations (default 2; --decompose: 1)")
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "fedqs-regime"))
     p.add_argument("--no-reuse", action="store_true", help="rerun finished runs instead of reading them")
     p.add_argument("--table", action="store_true", help="print docs/results.md's tables from the CSVs; run nothing")
@@ -114,8 +115,9 @@ def semiasync_argv(args, partition: str, out_dir: str | None = None) -> list[str
                       *(f"--{k.replace('_', '-')} {v}" for k, v in limits.items() if v is not None)]).strip()
     flags = ["--methods", args.methods, "--seeds", args.seeds, "--ranks", str(args.ranks),
              "--dataset", "shakespeare" if text else "fashion-mnist",
-             "--model", args.model or ("lstm" if text else "lenet5bn"), "--partition", partition, "--clients", str(TEXT["clients"] if text else 100),
-             "--buffer", str(TEXT["buffer"] if text else 10), "--speed-ratio", "50",
+             "--model", args.model or ("lstm" if text else "lenet5bn"), "--partition", partition,
+             "--clients", str(TEXT["clients"] if text else 100), "--buffer", str(TEXT["buffer"] if text else 10),
+             "--speed-ratio", "50",
              "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50",
              "--lr", str(TEXT["lr"] if text else 0.1), "--eval-every", str(args.eval_every), "--extra", extra,
              "--fedqs-extra", TEXT["fedqs"] if text else "",
@@ -168,10 +170,12 @@ def table(partition: str, methods: list[str], csv_dir: str = RESULTS,
 
 #: The summary's columns: (heading, method); a FedQS column also gives its difference to
 #: FedAvg (FedQS-Avg) or FedSGD (FedQS-SGD) on the seeds both have, ablations included.
-SUMMARY = (("FedAvg", "fedavg"), ("FedQS-Avg paper", "fedqs-avg"), ("FedQS-Avg authors", "fedqs-avg:fedqs-variant=authors"),
-           ("authors, no feedback", "fedqs-avg:fedqs-variant=authors:fedqs-no-feedback"),
-           ("FedSGD", "fedsgd"), ("FedQS-SGD paper", "fedqs-sgd"), ("FedQS-SGD authors", "fedqs-sgd:fedqs-variant=authors"),
-           ("authors, no feedback ", "fedqs-sgd:fedqs-variant=authors:fedqs-no-feedback"))
+SUMMARY = (("FedAvg", "fedavg"), ("FedQS-Avg paper", "fedqs-avg"),
+           ("FedQS-Avg authors", "fedqs-avg:fedqs-variant=authors"),
+           ("FedQS-Avg authors, no feedback", "fedqs-avg:fedqs-variant=authors:fedqs-no-feedback"),
+           ("FedSGD", "fedsgd"), ("FedQS-SGD paper", "fedqs-sgd"),
+           ("FedQS-SGD authors", "fedqs-sgd:fedqs-variant=authors"),
+           ("FedQS-SGD authors, no feedback", "fedqs-sgd:fedqs-variant=authors:fedqs-no-feedback"))
 
 
 def summary(csv_dir: str = RESULTS) -> list[str]:
@@ -184,7 +188,7 @@ def summary(csv_dir: str = RESULTS) -> list[str]:
     import statistics
 
     name = re.compile(r"fedqs_regime_(ticks_)?(droplast_)?((?:dirichlet[0-9.]+)|roles)\.csv$")
-    out = ["| clock | batches | partition | " + " | ".join(h.strip() for h, _ in SUMMARY) + " |",
+    out = ["| clock | batches | partition | " + " | ".join(h for h, _ in SUMMARY) + " |",
            "|---" * (3 + len(SUMMARY)) + "|"]
     for file in sorted(os.listdir(csv_dir), key=lambda f: (f.count("_"), f)):
         found = name.match(file)
@@ -197,15 +201,17 @@ def summary(csv_dir: str = RESULTS) -> list[str]:
             if not acc:
                 cells.append("–")
                 continue
-            cell = f"{statistics.fmean(acc.values()):.2f}" + (f" ± {statistics.stdev(acc.values()):.2f}" if len(acc) > 1 else "")
+            cell = f"{statistics.fmean(acc.values()):.2f}" + (f" ± {statistics.stdev(acc.values()):.2f}"
+                                                               if len(acc) > 1 else "")
             baseline = "fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg"
             base = {s: 100 * r["convergence_accuracy"] for (mm, s), r in rows.items() if mm == baseline}
             both = [s for s in acc if s in base]
             gain = f"{statistics.fmean(acc[s] - base[s] for s in both):+.2f}; " if both and m != baseline else ""
             cells.append(f"{cell} ({gain}{len(acc)})")
         clock, batches, partition = found.groups()
-        out.append(f"| {'ticks' if clock else 'events'} | {'drop-last' if batches else 'every'} | "
-                   f"{partition.replace('dirichlet', 'Dirichlet ').replace('roles', 'Shakespeare roles')} | " + " | ".join(cells) + " |")
+        where = partition.replace("dirichlet", "Dirichlet ").replace("roles", "Shakespeare roles")
+        out.append(f"| {'ticks' if clock else 'events'} | {'drop-last' if batches else 'every'} | {where} | "
+                   + " | ".join(cells) + " |")
     return out
 
 

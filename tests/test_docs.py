@@ -66,6 +66,17 @@ def test_results_tables_are_what_the_benchmarks_print_from_their_csvs():
         assert len(rows) > 20 and not stale, f"{' '.join(script)}: docs/results.md lacks {stale[:3]}"
 
 
+def test_readme_fedqs_table_is_what_the_grid_summary_prints():
+    """The README's FedQS table (clock × variant × feedback × partition) is the one
+    ``fedqs_regime.py --summary`` prints from the committed CSVs, with that command beside it."""
+    readme = open(f"{REPO}/README.md", encoding="utf-8").read()
+    proc = run_python(["benchmarks/fedqs_regime.py", "--summary"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _table_rows(proc.stdout)
+    assert len(rows) >= 5 and not [r for r in rows if r not in readme], "README: rerun fedqs_regime.py --summary"
+    assert "python benchmarks/fedqs_regime.py --summary" in readme
+
+
 def test_benchmarks_folder_holds_commands_and_every_named_output_lies_in_results():
     """benchmarks/ holds scripts, shell drivers and its README; what they wrote lives in
     benchmarks/results/. Every output path the docs, README, code and tests name is a
