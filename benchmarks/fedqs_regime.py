@@ -98,29 +98,28 @@ def setting(args) -> str:
 #: each (16 steps a job), 500 test windows spread over every role; SGD at LEAF's order for
 #: this model, 1.0 (0.1 left it on the space-predicting plateau), FedQS's lr bounds and rate
 #: moved with it (× 10).
-TEXT = dict(clients=50, buffer=5, lr=1.0, context=20, train_samples=20_000, eval_samples=500,
-            fedqs="--fedqs-a 0.02 --fedqs-lr-min 0.01 --fedqs-lr-max 2")
+TEXT = dict(dataset="shakespeare", model="lstm", clients=50, buffer=5, lr=1.0, context=20, train_samples=20_000,
+            eval_samples=500, fedqs="--fedqs-a 0.02 --fedqs-lr-min 0.01 --fedqs-lr-max 2")
+#: The image grid (the paper's N, K and lr), every sample.
+IMAGES = dict(dataset="fashion-mnist", model="lenet5bn", clients=100, buffer=10, lr=0.1, context=None,
+              train_samples=None, eval_samples=None, fedqs="")
 
 
 def semiasync_argv(args, partition: str, out_dir: str | None = None) -> list[str]:
     """``benchmarks/semiasync.py``'s command line for one partition of the grid (``out_dir``:
     the run folder's parent, and no CSV: the decomposition's runs)."""
     tag = setting(args) + partition.replace(":", "")
-    text = partition == "roles"
-    limits = dict(context=TEXT["context"] if text else None,
-                  train_samples=args.train_samples or (TEXT["train_samples"] if text else None),
-                  eval_samples=args.eval_samples or (TEXT["eval_samples"] if text else None))
+    task = TEXT if partition == "roles" else IMAGES
+    limits = dict(context=task["context"], train_samples=args.train_samples or task["train_samples"],
+                  eval_samples=args.eval_samples or task["eval_samples"])
     extra = " ".join(["--clip-grad-norm 20", f"--clock {args.clock}" if args.clock != "events" else "",
                       "--drop-last" if args.drop_last else "",
                       *(f"--{k.replace('_', '-')} {v}" for k, v in limits.items() if v is not None)]).strip()
-    flags = ["--methods", args.methods, "--seeds", args.seeds, "--ranks", str(args.ranks),
-             "--dataset", "shakespeare" if text else "fashion-mnist",
-             "--model", args.model or ("lstm" if text else "lenet5bn"), "--partition", partition,
-             "--clients", str(TEXT["clients"] if text else 100), "--buffer", str(TEXT["buffer"] if text else 10),
-             "--speed-ratio", "50",
-             "--rounds", str(args.rounds), "--local-epochs", "2", "--batch-size", "50",
-             "--lr", str(TEXT["lr"] if text else 0.1), "--eval-every", str(args.eval_every), "--extra", extra,
-             "--fedqs-extra", TEXT["fedqs"] if text else "",
+    flags = ["--methods", args.methods, "--seeds", args.seeds, "--ranks", str(args.ranks), "--dataset", task["dataset"],
+             "--model", args.model or task["model"], "--partition", partition, "--clients", str(task["clients"]),
+             "--buffer", str(task["buffer"]), "--speed-ratio", "50", "--rounds", str(args.rounds), "--local-epochs", "2",
+             "--batch-size", "50", "--lr", str(task["lr"]), "--eval-every", str(args.eval_every), "--extra", extra,
+             "--fedqs-extra", task["fedqs"],
              "--out-dir", os.path.join(out_dir or args.out_dir, tag)]
     flags += [] if out_dir else ["--csv", os.path.join(RESULTS, f"fedqs_regime_{tag}.csv")]
     return flags + ([] if args.no_reuse else ["--reuse"])
@@ -133,9 +132,14 @@ ABLATIONS = {f"{full}:{off}": full
              for full in ("fedqs-avg", "fedqs-avg:fedqs-variant=authors", "fedqs-sgd", "fedqs-sgd:fedqs-variant=authors")
              for off in ("fedqs-no-feedback", "fedqs-no-momentum") if not (off == "fedqs-no-momentum" and "authors" in full)}
 
-#: The rule each method is compared with (its baseline) in the table: model-averaging rules
-#: against FedAvg, update-averaging ones against FedSGD, an ablation against its full method.
-BASELINE = {m: ("fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg") for m in METHODS
+def family_baseline(method: str) -> str:
+    """Model-averaging rules are compared with FedAvg, update-averaging ones with FedSGD."""
+    return "fedsgd" if method.startswith(("fedsgd", "fedqs-sgd")) else "fedavg"
+
+
+#: The rule each method is compared with (its baseline) in the table: its family's, and an
+#: ablation against its full method.
+BASELINE = {m: family_baseline(m) for m in METHODS
             if m not in ("fedavg", "fedsgd", "fedbuff", "mstep", "wkafl", "sync-fedavg")} | ABLATIONS
 
 
@@ -203,7 +207,7 @@ def summary(csv_dir: str = RESULTS) -> list[str]:
                 continue
             cell = f"{statistics.fmean(acc.values()):.2f}" + (f" ± {statistics.stdev(acc.values()):.2f}"
                                                                if len(acc) > 1 else "")
-            baseline = "fedsgd" if m.startswith(("fedsgd", "fedqs-sgd")) else "fedavg"
+            baseline = family_baseline(m)
             base = {s: 100 * r["convergence_accuracy"] for (mm, s), r in rows.items() if mm == baseline}
             both = [s for s in acc if s in base]
             gain = f"{statistics.fmean(acc[s] - base[s] for s in both):+.2f}; " if both and m != baseline else ""

@@ -18,6 +18,7 @@ from ..comm.launch import detect
 from ..config import one_of
 from ..data import partition
 from ..data.text import as_tensor
+from ..heap import release_freed_models
 from ..options import MeanOptions, PeriodicOptions, options_from
 from ..params import FlatParams
 from ..run import Job, Mode, Outcome, Plan, load_data, new_model
@@ -27,7 +28,6 @@ from .clock import VALIDATION, VirtualClock, parse_scenarios, stream_rng
 from .fedqs import SIMILARITIES, FedQSParams, label_probe
 from .rules import BUFFER_RULES, rule_options
 from .server import Server
-from ..heap import release_freed_models
 from .ticks import CLOCKS, TickClock
 
 __all__ = ["MODE", "SemiAsyncMode", "SemiAsyncOptions", "SemiAsyncJob", "fedqs_params", "host_of"]

@@ -33,6 +33,7 @@ import torch
 
 __all__ = ["ModelStore", "capacity"]
 
+
 def capacity(gb: float | None, floats: int) -> int | None:
     """How many float32 vectors of ``floats`` entries fit in ``gb`` GB (at least one; None: no limit)."""
     return None if gb is None else max(1, int(gb * 2**30 // (4 * floats)))
