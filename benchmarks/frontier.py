@@ -59,7 +59,6 @@ as family ``fedavg-sgd``: reported on its own line, never counted as a FedAvg po
 from __future__ import annotations
 
 import argparse
-import csv
 import io
 import math
 import os
@@ -69,8 +68,8 @@ from dataclasses import dataclass
 
 import comm_cost
 from _common import REPO_ROOT, RESULTS, print_table
-from frontier_analysis import (AUTO_GB, AUTO_STEPS, CONFIRM, FDA, FIELDS, ONLY, PAPER, SLACK, family_of, knob_of, merge,
-                               pareto, points, read_points, regimes, report, target_blind)
+from frontier_analysis import (AUTO_GB, AUTO_STEPS, CONFIRM, FDA, ONLY, PAPER, SLACK, family_of, knob_of, merge,
+                               pareto, points, read_points, regimes, report, target_blind, write_points)
 
 #: Per model: the targets (the highest is what runs train to), the epoch cap, the Θ grid
 #: (comm_cost's ``--thetas`` syntax) and how often to evaluate. The grids come from a
@@ -367,11 +366,7 @@ def main(argv=None) -> int:
     if not all_points:
         print("frontier: no run finished\n" + "\n".join(failures), file=sys.stderr)
         return 1
-    with open(args.out + ".csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS)
-        writer.writeheader()
-        for p in all_points:
-            writer.writerow({k: p[k] for k in FIELDS})
+    write_points(args.out + ".csv", all_points)
     text = io.StringIO()
     with redirect_stdout(text):
         verdicts = report(all_points)

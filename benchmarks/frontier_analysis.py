@@ -71,9 +71,9 @@ def points(setting, comm_rows: list[dict], targets: list[float]) -> list[dict]:
 
     out = []
     by_config: dict[tuple, list[tuple[dict, dict]]] = {}
-    for r in comm_rows:
+    for r in comm_rows:  # a row may name its knob itself (a run comm_cost did not plan: shakespeare.py's)
         run = read_run(os.path.join(REPO_ROOT, r["run_file"]))
-        by_config.setdefault((family_of(r), knob_of(r)), []).append((r, run))
+        by_config.setdefault((family_of(r), r["knob"] if "knob" in r else knob_of(r)), []).append((r, run))
 
     def local(run: dict) -> tuple[str, float, int]:
         """The run's local optimizer and learning rate as it trained (the flags or the preset) and its seed."""
@@ -376,6 +376,15 @@ def current_knob(knob: str) -> str:
     if knob.startswith("auto (") and not knob.startswith("auto (H "):
         return "auto-once" + knob[len("auto"):]
     return knob
+
+
+def write_points(path: str, pts: list[dict]) -> None:
+    """The points as ``--out``'s CSV (:data:`FIELDS`), read back by :func:`read_points`."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        for p in pts:
+            writer.writerow({k: p[k] for k in FIELDS})
 
 
 def merge(old: list[dict], new: list[dict]) -> list[dict]:

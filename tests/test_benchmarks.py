@@ -328,10 +328,7 @@ def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path,
 
     old = [pt("fedavg", "1 ep", 1200, 0.02), pt("linearfda", "Θ=4", 1100, 0.008)]
     path = tmp_path / "old.csv"
-    with open(path, "w", newline="") as fh:
-        w = frontier.csv.DictWriter(fh, fieldnames=frontier_analysis.FIELDS)
-        w.writeheader()
-        w.writerows(old)
+    frontier_analysis.write_points(str(path), old)
     back = frontier_analysis.read_points([str(path)])
     assert back == old  # typed as points() makes them
     frontier_analysis.report(back)
@@ -906,3 +903,50 @@ def test_comm_cost_resume_reuses_a_finished_run_whose_csv_row_was_rewritten(tmp_
     assert math.isnan(again[0]["others_cpu"]) and again[0]["steps"] == rows[0]["steps"]
     other = comm_cost.plan(comm_cost.parse([*argv[:1], "fedavg:tau=7", *argv[2:], "--resume"]))[0]
     assert comm_cost._reusable(None, other, str(tmp_path / "runs" / jobs[0].file_name)) is None
+
+
+def test_shakespeare_cadence_runs_round_trip_their_horizon_and_read_as_the_time_models_cadences():
+    """shakespeare.py gives a cadence's horizon as epochs; the training code rounds them back to
+    the same H, and the time report reads the knob as that (H, m)."""
+    import shakespeare
+    import time_to_accuracy as tta
+    from fdahpc.theta import horizon_steps
+
+    d, k, spe = 209_088, 4, 26_654
+    pairs = shakespeare.fabric_cadences(d, k, [5, 20, 100])
+    assert pairs == sorted(set(pairs)) and (1, 1) in pairs and max(pairs)[0] > 50  # fast fabrics: H 1; across sites long
+    for h, m in pairs:
+        label, (family, knob, flags) = shakespeare.cadence_method(h, m, spe)
+        epochs = float(flags[flags.index("--theta-round-epochs") + 1])
+        assert horizon_steps(spe, d, k, epochs) == h and flags[flags.index("--fda-every") + 1] == str(m)
+        assert tta.run_cadence(dict(knob=knob, workers=str(k))) == (h, m) and family == "linearfda"
+        assert tta.run_label(dict(knob=knob, workers=str(k), family=family)) == f"linearfda auto (H {h}, m {m})"
+
+
+@pytest.mark.skipif(not __import__("fdahpc.data.shakespeare", fromlist=["corpus_path"]).corpus_path(None).is_file(),
+                    reason="Shakespeare corpus not fetched (python -m fdahpc.data fetch shakespeare)")
+def test_shakespeare_frontier_writes_frontier_points_and_reuses_its_runs(tmp_path, capsys):
+    """Two real 2-rank GPT runs: the CSV holds frontier.py's columns, steps and bytes at the first
+    evaluation at or above each target (bytes = syncs · 2K · 4d for Synchronous), an unreached
+    target as not reached; a second call reruns nothing and keeps the points."""
+    import csv
+
+    import shakespeare
+
+    out = tmp_path / "gpt"
+    argv = ["--ranks", "2", "--max-steps", "20", "--eval-every", "10", "--eval-samples", "64", "--targets", "0.01,0.99",
+            "--methods", "synchronous,fedavg tau=10", "--out", str(out), "--workdir", str(tmp_path / "runs")]
+    assert shakespeare.main(argv) == 0
+    first = capsys.readouterr().out
+    assert first.count("shakespeare: ") == 2  # each method ran once (Synchronous first, then reused)
+    rows = {(r["family"], r["target"]): r for r in csv.DictReader(open(f"{out}.csv"))}
+    sync, fedavg = rows["synchronous", "0.01"], rows["fedavg", "0.01"]
+    assert sync["setting"] == "gpt/roles@2" and fedavg["knob"] == "10 steps" and sync["reached"] == "True"
+    assert int(sync["steps"]) == 10 and math.isclose(float(sync["gb"]), 10 * 2 * 2 * 4 * 209_088 / 1e9)
+    assert rows["synchronous", "0.99"]["reached"] == "False" and float(rows["synchronous", "0.99"]["steps"]) == 20
+    assert shakespeare.main(argv) == 0
+    assert "shakespeare: " not in capsys.readouterr().out  # every run file reused
+    assert {(r["family"], r["target"]) for r in csv.DictReader(open(f"{out}.csv"))} == set(rows)
+    with pytest.raises(SystemExit) as exc:
+        shakespeare.parse(["--ranks", "1"])
+    assert exc.value.code == 2
