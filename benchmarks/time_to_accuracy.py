@@ -705,6 +705,14 @@ def main(argv=None) -> int:
     if args.cadences:
         rows_of()
         for (setting, family), pairs in missing.items():
+            if setting.partition("/")[0] == "gpt":  # the GPT's runs are shakespeare.py's (cadences in steps)
+                if family != "linearfda":
+                    print(f"# {setting}: shakespeare.py runs LinearFDA's cadences only, not {family}'s")
+                    continue
+                targets = ",".join(sorted({r["target"] for r in every_run if r["setting"] == setting}))
+                print(f"python benchmarks/shakespeare.py --ranks {setting.rpartition('@')[2]} --targets {targets} "
+                      f"--cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))}")
+                continue
             print(f"python benchmarks/frontier.py --settings {setting} {run_flags(setting, every_run)} --only auto "
                   f"--auto-rules auto --auto-round-epochs '' --auto-cadences {','.join(f'{h}:{m}' for h, m in sorted(pairs))} "
                   f"--auto-cadence-family {family} --seeds 0 --resume --out {FABRIC_OUT}"
