@@ -105,28 +105,42 @@ def main(argv=None) -> int:
               "--target-accuracy", f"{args.targets[-1]:g}", "--eval-every", str(args.eval_every),
               "--eval-samples", str(args.eval_samples)]
 
-    def run(label: str, flags: list[str], seed: int) -> tuple[str, dict]:
+    def file_of(label: str, seed: int) -> str:
         stem = "".join(c if c.isalnum() or c in "-." else "_" for c in label)
-        out = os.path.join(folder, f"{stem}-s{seed}.h5")
-        done = None
-        if os.path.exists(out) and not args.fresh:
-            try:
-                done = read_run(out)
-            except (RuntimeError, OSError):
-                done = None  # unfinished: run again
+        return os.path.join(folder, f"{stem}-s{seed}.h5")
+
+    def finished(out: str) -> dict | None:
+        """The run file's contents when a run finished it (and --fresh is not given), else None."""
+        if not os.path.exists(out) or args.fresh:
+            return None
+        try:
+            return read_run(out)
+        except (RuntimeError, OSError):
+            return None  # unfinished: run again
+
+    def run(label: str, flags: list[str], seed: int) -> tuple[str, dict]:
+        out = file_of(label, seed)
+        done = finished(out)
         if done is None:
             print(f"shakespeare: {label}, seed {seed}", flush=True)
             os.makedirs(folder, exist_ok=True)
             done = run_train(k, common + flags + ["--seed", str(seed)], out, args.timeout)
         return os.path.relpath(out, REPO_ROOT), done
 
-    # Synchronous first: its run file says the model's size and the epoch that the cadences' horizons are given in.
+    # Synchronous first: its run file says the model's size and the epoch that the cadences' horizons are given in
+    # (a dry run reads it when it is there, and otherwise lists the fixed methods only).
     methods = dict(FIXED)
-    _, first = run("synchronous", FIXED["synchronous"][2], args.seeds[0]) if not args.dry_run else ("", None)
-    d, spe = (first["params"], first["steps_per_epoch"]) if first else (209_088, 26_654)  # dry run: K = 4's
-    for h, m in sorted(set(fabric_cadences(d, k, args.step_ms)) | set(args.cadences)):
-        label, method = cadence_method(h, m, spe)
-        methods[label] = method
+    first = None
+    if not args.dry_run:
+        _, first = run("synchronous", FIXED["synchronous"][2], args.seeds[0])
+    elif (first := finished(file_of("synchronous", args.seeds[0]))) is None:
+        print("shakespeare: the --theta auto cadences follow from the synchronous run (the model's size, the steps of "
+              "an epoch); listed once it has run")
+    if first is not None:
+        d = first["params"]
+        for h, m in sorted(set(fabric_cadences(d, k, args.step_ms)) | set(args.cadences)):
+            label, method = cadence_method(h, m, first["steps_per_epoch"])
+            methods[label] = method
     chosen = list(methods) if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]
     unknown = [x for x in chosen if x not in methods]
     if unknown:
