@@ -15,8 +15,9 @@ evenly over the held-out text. The methods (``--methods``, default all):
 - ``linearfda auto H=.. m=..``: LinearFDA ``--theta auto`` at each (horizon H, check
   cadence m) that ``--theta-fabric`` picks for this model on the time report's fabrics at
   the ``--step-ms`` step times (:func:`time_to_accuracy.cadence`), i.e. the run the report's
-  ``linearfda auto (fabric)`` takes in that row; ``--cadences H:M,...`` adds others (a
-  stated model size's, which ``time_to_accuracy.py --cadences`` lists).
+  ``linearfda auto (fabric)`` takes in that row (a one-step horizon's is Synchronous's run);
+  ``--cadences H:M,...`` adds others (a stated model size's, which
+  ``time_to_accuracy.py --cadences`` lists).
 
 Each (method, seed) run file is kept in ``--workdir`` (its folder names K, the cap, the
 targets and the evaluation) and reused, so an interrupted sweep resumes (``--fresh`` reruns).
@@ -59,10 +60,11 @@ def cadence_method(h: int, m: int, steps_per_epoch: int) -> tuple[str, tuple[str
 
 def fabric_cadences(d: int, k: int, step_ms: list[float]) -> list[tuple[int, int]]:
     """The distinct (H, m) that --theta-fabric picks for ``d`` parameters on K ranks on the
-    report's fabrics at the stated step times."""
+    report's fabrics at the stated step times, but a one-step horizon's: that is Synchronous's
+    run (:data:`time_to_accuracy.SYNC_LIMIT`)."""
     pairs = {time_to_accuracy.cadence(d, k, FABRICS[f].gbps, FABRICS[f].latency_us, ms / 1e3, "linearfda")
              for f in time_to_accuracy.ROW_FABRICS for ms in step_ms}
-    return sorted(pairs)
+    return sorted(pairs - {time_to_accuracy.SYNC_LIMIT})
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -415,6 +415,29 @@ def run_cadence(row: dict) -> tuple[int, int] | None:
     return round(h), int(m.group(3))
 
 
+#: The (H, m) of a one-step horizon: ``--theta auto`` syncs every step and checks nothing (fdahpc.theta).
+SYNC_LIMIT = (1, 1)
+
+
+def rule_cadence(row: dict, family: str) -> tuple[int, int] | None:
+    """The (H, m) whose ``FAMILY auto (fabric)`` run ``row`` is, else None: a cadence run of
+    ``family`` its own; Synchronous's run the one-step horizon's (:data:`SYNC_LIMIT`), since
+    there LinearFDA and SketchFDA average the models after every step and reduce no state,
+    Synchronous bit for bit (tests/test_fda.py). Under another rule (DiLoCo's outer step) H = 1
+    is that rule at every step, which no run here is."""
+    if row["family"] == "synchronous":
+        return SYNC_LIMIT if family in FDA else None
+    return run_cadence(row) if row["family"] == family else None
+
+
+def before_the_limit(row: dict) -> bool:
+    """A cadence run at H = 1 made before the one-step horizon became the synchronous limit:
+    it checked every step and skipped syncs, which ``--theta auto`` no longer does, so the
+    report leaves it out (Synchronous's run stands for it)."""
+    cad = run_cadence(row)
+    return cad is not None and cad[0] == 1
+
+
 def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str, str], float],
               sizes: list[dict[str, float] | None], steps: list[float | None], fabrics=ROW_FABRICS,
               collective: str = "rabenseifner", tuning_free: tuple[str, ...] = ("linearfda auto-once (1 ep)",),
@@ -470,12 +493,13 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                         if label.endswith(FABRIC_AUTO):  # this row's own run of the rule
                             family = label[:-len(FABRIC_AUTO)]
                             # the best of every cadence run in this row: what no horizon rule beats
-                            hindsight = min(((p.total, run_cadence(r)) for p, r in priced
-                                             if r["family"] == family and run_cadence(r)), default=None)
-                            # the best of every run of the family (a tuned Θ too): what no Θ rule beats
-                            any_run = min((p.total for p, r in priced if r["family"] == family), default=None)
+                            hindsight = min(((p.total, rule_cadence(r, family)) for p, r in priced
+                                             if rule_cadence(r, family)), default=None)
+                            # the best of every run of the family (a tuned Θ too) and of the rule: what no Θ rule beats
+                            any_run = min((p.total for p, r in priced if rule_cadence(r, family) or r["family"] == family
+                                           and not run_cadence(r)), default=None)
                             want = cadence(dp, k, f.gbps, f.latency_us, step_seconds(compute, model, "fedavg", step), family)
-                            free = min(((p, r) for p, r in priced if r["family"] == family and run_cadence(r) == want),
+                            free = min(((p, r) for p, r in priced if rule_cadence(r, family) == want),
                                        key=lambda x: x[0].total, default=None)
                             if free is None and (setting, family, want) not in ran:
                                 missing.setdefault((setting, family), set()).add(want)
@@ -678,8 +702,15 @@ def main(argv=None) -> int:
     for path in args.frontier:
         with open(path, newline="") as fh:
             every_run += [dict(r, knob=frontier_analysis.current_knob(r["knob"])) for r in csv.DictReader(fh)]
+    stale = {r["run_files"] for r in every_run if before_the_limit(r)}
+    if stale:  # said, not silently dropped
+        print(f"note: {len(stale)} cadence runs at H = 1 left out: they ran before a one-step horizon became the "
+              "synchronous limit (fdahpc.theta); under the plain mean Synchronous's run stands for that cadence")
+    every_run = [r for r in every_run if not before_the_limit(r)]
     runs = [r for r in every_run if r["reached"] == "True"]
-    ran = {(r["setting"], r["family"], run_cadence(r)) for r in every_run if run_cadence(r)}
+    families = [label[:-len(FABRIC_AUTO)] for label in args.free if label.endswith(FABRIC_AUTO)]
+    ran = {(r["setting"], family, rule_cadence(r, family)) for r in every_run for family in families
+           if rule_cadence(r, family)}
     params: dict[str, int] = {}
     for model in dict.fromkeys(r["model"] for r in runs):
         if model in args.known:

@@ -85,9 +85,10 @@ def this_rank(device: Any = "cpu") -> dict[str, Any]:
     import torch
 
     torch_threads = torch.get_num_threads()
-    if "numba" in sys.modules:  # this rank runs Numba kernels
-        numba_threads = sys.modules["numba"].get_num_threads()  # starts Numba's threading layer, which can reset
-        torch.set_num_threads(torch_threads)  # OpenMP's count: put torch's back
+    if "numba" in sys.modules:  # this rank runs Numba kernels (asking starts Numba's threading layer)
+        from .sketch import keep_torch_threads
+
+        numba_threads = keep_torch_threads(sys.modules["numba"].get_num_threads)
     else:  # what Numba would start with; importing it only to ask costs every run its start-up
         numba_threads = int(os.environ["NUMBA_NUM_THREADS"]) if os.environ.get("NUMBA_NUM_THREADS", "").isdigit() else None
     rank = dict(host=socket.gethostname(), cpu_model=_cpu_model(),

@@ -48,7 +48,7 @@ from numba import njit, prange
 
 from .options import SKETCH_COLS, SKETCH_ROWS
 
-__all__ = ["AmsSketch", "estimate_sq_norm", "hash_coefficients", "compile_kernels", "MERSENNE_P"]
+__all__ = ["AmsSketch", "estimate_sq_norm", "hash_coefficients", "compile_kernels", "keep_torch_threads", "MERSENNE_P"]
 
 # Numba flags, in one place. No fastmath: scatter-adds do not vectorize, so it buys
 # nothing, and strict IEEE order keeps sketches bit-reproducible. cache: compile once
@@ -107,6 +107,19 @@ def estimate_sq_norm(sk) -> float:
     return float(np.median(np.einsum("rj,rj->r", sk, sk)))
 
 
+def keep_torch_threads(fn, *args):
+    """``fn(*args)``, with torch's intra-op thread count as it was before: the first parallel
+    kernel (or ``numba.get_num_threads()``) starts Numba's OpenMP threading layer, which
+    shares the process's OpenMP runtime with torch and can set its count to Numba's (the
+    cores, or NUMBA_NUM_THREADS). torch's count decides how its kernels split their sums,
+    so a count changed in mid-run changes the model's last bits from then on."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    try:
+        return fn(*args)
+    finally:
+        if torch is not None and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 # --------------------------------------------------------------------------- kernels
 
@@ -338,7 +351,7 @@ class AmsSketch:
         # Padded to a multiple of 4 elements so that the table is also a whole number of
         # uint64 words (see _chunk_kernel_5); the pad entries are never read as data.
         padded = np.empty((-(-self.dim // 4) * 4, self.rows), dtype=np.uint16)
-        _hash_table_kernel(coeffs, np.int64(self.cols), padded)
+        keep_torch_threads(_hash_table_kernel, coeffs, np.int64(self.cols), padded)
         self._codes = padded[: self.dim]
         little = sys.byteorder == "little"
         self._words = padded.reshape(-1).view(np.uint64) if little else np.empty(0, np.uint64)

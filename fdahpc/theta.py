@@ -25,6 +25,13 @@ calibrated from the last):
   compute: ``H = ⌈T_sync / (0.1 · T_step)⌉`` with the α–β time of a Rabenseifner AllReduce of
   the float32 model, ``T_sync = 2⌈log2 K⌉α + 2(K−1)/K · 4d · 8/bandwidth``. A fast fabric thus
   asks for short rounds (syncing is cheap), a slow one for long rounds.
+- A horizon of one step (H = 1: a model AllReduce costs at most 10 % of one step's compute) is
+  the synchronous limit: every step synchronizes, and the trigger reduces no state and keeps no
+  Θ, since there is nothing left to decide. The run is then Synchronous's (the models averaged
+  after every local step), bit for bit, with no monitoring traffic. Before, such a run still
+  checked every step and skipped syncs whenever the re-calibrated Θ allowed: it paid a state
+  reduction per step to save syncs that cost little, and under label skew it needed up to 2x
+  Synchronous's steps (docs/theta_auto.md).
 - Var_r is the exact variance ``mean_k ||u_k||² − ||mean_k u_k||²`` of the drifts at the
   synchronization: ``mean_k ||u_k||²`` is LinearFDA's and SketchFDA's own state when the
   decision is on the current step (else one 4-byte AllReduce), and ``mean_k u_k`` is what the

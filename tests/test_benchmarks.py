@@ -857,11 +857,21 @@ def test_time_model_fabric_auto_takes_each_rows_own_cadence():
     ran = {("s", "linearfda", (43, 43)), ("s", "linearfda", (5, 1))}
     missing: dict = {}
     rows = tta.time_rows([mine, other, sync], {"m": d}, compute, [None], [None], fabrics=("cross-site-1g", "ethernet-10g"),
-                         tuning_free=("linearfda auto (fabric)",), ran=ran, missing=missing)
+                         tuning_free=("linearfda auto (fabric)", "diloco+linear auto (fabric)"), ran=ran, missing=missing)
     a, b = fabric_alpha_beta(FABRICS["cross-site-1g"].gbps, FABRICS["cross-site-1g"].latency_us)
     t = lambda n: 4 * a + 1.5 * n * b  # noqa: E731
+    # on 10 Gb/s a 10 ms step asks for H = 1, m = 1: the synchronous limit, so Synchronous's run is the rule's there
+    fast = [r for r in rows if r["fabric"] == "ethernet-10g" and r["method"] == "linearfda auto (fabric)"]
+    assert len(fast) == 1 and fast[0]["cadence"] == (1, 1) and fast[0]["free_s"] == fast[0]["sync_s"]
+    assert tta.rule_cadence(sync, "linearfda") == (1, 1) and tta.rule_cadence(sync, "diloco+linear") is None
+    # ... under DiLoCo's outer step it is that rule at every step, never run here: no row, and said
+    assert missing == {("s", "diloco+linear"): {(1, 1), (43, 43)}}
+    # a cadence run at H = 1 made before the limit (it skipped syncs) is left out of the report
+    assert tta.before_the_limit(dict(base, knob=f"auto (H {1 / spe:.9g} ep, every 1)"))
+    assert not tta.before_the_limit(mine) and not tta.before_the_limit(sync)
+    rows = [r for r in rows if r["fabric"] == "cross-site-1g" and r["method"] == "linearfda auto (fabric)"]
     # by hand: 301 steps, 3 syncs, 301/43 = 7 checks of 8 bytes
-    assert len(rows) == 1 and rows[0]["fabric"] == "cross-site-1g"
+    assert len(rows) == 1
     assert rows[0]["free_s"] == pytest.approx(3.01 + 3 * t(4 * d) + 7 * t(8))
     assert rows[0]["tuned_s"] == pytest.approx(1.0 + 100 * t(4 * d))  # only Synchronous is tuned here
     # in hindsight: the best of every cadence run of the family in that row (here the rule's own:
@@ -876,8 +886,6 @@ def test_time_model_fabric_auto_takes_each_rows_own_cadence():
     assert again[0]["hindsight_s"] == pytest.approx(rows[0]["free_s"])
     # the best of all the family's runs counts it (what no Θ rule beats): 100 steps, 1 sync, one 4-byte reduction
     assert again[0]["any_s"] == pytest.approx(1.0 + t(4 * d) + t(4)) and again[0]["any_s"] < again[0]["hindsight_s"]
-    # on 10 Gb/s a 10 ms step asks for H = 1, m = 1: never run, so no row there, and said
-    assert missing == {("s", "linearfda"): {(1, 1)}}
     # a rule under LinearFDA's trigger (DiLoCo's outer step, rounds ended by the variance) is priced like it
     assert tta.state_bytes("diloco+linear") == 8 and tta.cadence(d, k, 1.0, 10_000.0, 0.01, "diloco+linear") == (43, 43)
 
@@ -916,7 +924,9 @@ def test_shakespeare_cadence_runs_round_trip_their_horizon_and_read_as_the_time_
 
     d, k, spe = 209_088, 4, 26_654
     pairs = shakespeare.fabric_cadences(d, k, [5, 20, 100])
-    assert pairs == sorted(set(pairs)) and (1, 1) in pairs and max(pairs)[0] > 50  # fast fabrics: H 1; across sites long
+    # fast fabrics: H = 1, Synchronous's run, so not among them; across sites long rounds
+    assert pairs == sorted(set(pairs)) and min(pairs)[0] > 1 and max(pairs)[0] > 50
+    assert (1, 1) in {tta.cadence(d, k, 100, 2, 0.1, "linearfda")}
     for h, m in pairs:
         label, (family, knob, flags) = shakespeare.cadence_method(h, m, spe)
         epochs = float(flags[flags.index("--theta-round-epochs") + 1])

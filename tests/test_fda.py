@@ -123,10 +123,34 @@ def _steps(comm, tmp_path, steps, **cfg):
 @pytest.mark.distributed
 @pytest.mark.parametrize("fda", ["linearfda", "sketchfda"])
 def test_theta_zero_is_exactly_synchronous(comm, tmp_path, fda):
+    threads = torch.get_num_threads()
     sync_run, sync_dec = _steps(comm, tmp_path, 12, strategy="synchronous")
     fda_run, fda_dec = _steps(comm, tmp_path, 12, strategy=fda, theta=0.0)
+    # The sketch's first parallel kernel starts Numba's OpenMP layer, which could reset torch's thread
+    # count (then its kernels sum in another order, and the models differ in the last bits).
+    assert torch.get_num_threads() == threads
     assert sync_dec == fda_dec == [True] * 12
     assert torch.equal(sync_run.flat.w, fda_run.flat.w)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("fda", ["linearfda", "sketchfda"])
+def test_a_one_step_horizon_is_synchronous_without_monitoring(comm, tmp_path, fda):
+    """--theta auto on a fabric where a model AllReduce costs <= 10 % of a step (H = 1): every
+    step syncs and no state is reduced, so the run is Synchronous's, bit for bit; a slower
+    fabric's horizon (H > 1) keeps the trigger deciding."""
+    sync_run, sync_dec = _steps(comm, tmp_path, 12, strategy="synchronous")
+    before = comm.bytes_sent["monitor"]
+    fda_run, fda_dec = _steps(comm, tmp_path, 12, strategy=fda, theta="auto", theta_fabric="100,2,100")
+    assert fda_run.strategy.trigger.horizon == 1
+    assert sync_dec == fda_dec == [True] * 12
+    assert torch.equal(sync_run.flat.w, fda_run.flat.w)
+    assert comm.bytes_sent["monitor"] == before
+    if comm.world_size > 1:  # one rank: every fabric's horizon is one step (nothing crosses a wire)
+        slow_run, slow_dec = _steps(comm, tmp_path, 12, strategy=fda, theta="auto", theta_fabric="1,10000,5",
+                                    fda_every=1)
+        assert slow_run.strategy.trigger.horizon > 12 and slow_dec == [False] * 12  # the prior is not reached
+        assert comm.bytes_sent["monitor"] - before == 12 * slow_run.strategy.trigger.state_bytes
 
 
 @pytest.mark.distributed

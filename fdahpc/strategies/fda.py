@@ -69,7 +69,8 @@ class _FDATrigger(Trigger):
 
     ``horizon`` (``--theta auto``, :mod:`fdahpc.theta`) re-calibrates Θ after every
     synchronization the trigger decided: Θ = min(horizon / H_r, 4) · Var_r, H_r the round's
-    steps (a round of 2·horizon steps ends there) and
+    steps (a round of 2·horizon steps ends there; a horizon of one step syncs every step and
+    reduces no state: Synchronous's schedule, see :mod:`fdahpc.theta`) and
     Var_r the exact variance at the sync, ``mean ||u_k||^2`` (this step's reduced state; with
     ``lag=1`` one 4-byte AllReduce more) minus ``||mean u_k||^2`` (from the rule's model
     AllReduce, :meth:`~.base.Rule.mean_drift_sq`). It starts from the Θ given (the prior).
@@ -178,6 +179,8 @@ class _FDATrigger(Trigger):
         self.trigger_step = step
         if self.calibrating:
             return self._end_of_calibration(step, w, anchor)
+        if self.horizon == 1:  # theta auto's synchronous limit: every step ends its round, nothing to estimate
+            return True
         if self.horizon is not None and step - self.round_start >= ROUND_CAP * self.horizon:
             return self._end_of_round(w, anchor)
         checked = step % self.every == 0
