@@ -121,6 +121,7 @@ def keep_torch_threads(fn, *args):
         if torch is not None and torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
 
+
 # --------------------------------------------------------------------------- kernels
 
 
