@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 from . import __version__
+from .threads import keep_torch_threads
 
 __all__ = ["this_rank", "gather", "kernels", "kernel_differences", "start", "segments_of", "format_lines"]
 
@@ -86,8 +87,6 @@ def this_rank(device: Any = "cpu") -> dict[str, Any]:
 
     torch_threads = torch.get_num_threads()
     if "numba" in sys.modules:  # this rank runs Numba kernels (asking starts Numba's threading layer)
-        from .sketch import keep_torch_threads
-
         numba_threads = keep_torch_threads(sys.modules["numba"].get_num_threads)
     else:  # what Numba would start with; importing it only to ask costs every run its start-up
         numba_threads = int(os.environ["NUMBA_NUM_THREADS"]) if os.environ.get("NUMBA_NUM_THREADS", "").isdigit() else None

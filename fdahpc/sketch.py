@@ -47,8 +47,9 @@ import numpy as np
 from numba import njit, prange
 
 from .options import SKETCH_COLS, SKETCH_ROWS
+from .threads import keep_torch_threads
 
-__all__ = ["AmsSketch", "estimate_sq_norm", "hash_coefficients", "compile_kernels", "keep_torch_threads", "MERSENNE_P"]
+__all__ = ["AmsSketch", "estimate_sq_norm", "hash_coefficients", "compile_kernels", "MERSENNE_P"]
 
 # Numba flags, in one place. No fastmath: scatter-adds do not vectorize, so it buys
 # nothing, and strict IEEE order keeps sketches bit-reproducible. cache: compile once
@@ -105,21 +106,6 @@ def estimate_sq_norm(sk) -> float:
     if sk.ndim != 2 or sk.size == 0:
         raise ValueError(f"sk: expected a non-empty (rows, cols) array, got shape {sk.shape}")
     return float(np.median(np.einsum("rj,rj->r", sk, sk)))
-
-
-def keep_torch_threads(fn, *args):
-    """``fn(*args)``, with torch's intra-op thread count as it was before: the first parallel
-    kernel (or ``numba.get_num_threads()``) starts Numba's OpenMP threading layer, which
-    shares the process's OpenMP runtime with torch and can set its count to Numba's (the
-    cores, or NUMBA_NUM_THREADS). torch's count decides how its kernels split their sums,
-    so a count changed in mid-run changes the model's last bits from then on."""
-    torch = sys.modules.get("torch")
-    threads = torch.get_num_threads() if torch is not None else None
-    try:
-        return fn(*args)
-    finally:
-        if torch is not None and torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
 
 
 # --------------------------------------------------------------------------- kernels

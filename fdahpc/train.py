@@ -32,6 +32,7 @@ from .comm import LaunchError, make_communicator
 from .control import StopRequest
 from .heap import keep_freed_memory
 from .run import SETUP_ERRORS, execute, fail_setup
+from .threads import keep_torch_threads
 
 __all__ = ["main"]
 
@@ -46,7 +47,7 @@ def _limit_threads(n: int) -> None:
     torch.set_num_threads(n)
     numba = sys.modules.get("numba")
     if numba is not None:  # imported already (an own-loop caller, a test): its pool is sized
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        keep_torch_threads(numba.set_num_threads, min(n, numba.config.NUMBA_NUM_THREADS))
     else:  # Numba reads it when first imported, and again at every compilation: set it once, before
         cap = os.environ.get("NUMBA_NUM_THREADS")  # Numba's own default: the cores
         limit = int(cap) if cap and cap.isdigit() else (os.cpu_count() or 1)
