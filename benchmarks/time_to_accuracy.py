@@ -492,15 +492,13 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                         free, want, hindsight, any_run = best.get(label), None, None, None
                         if label.endswith(FABRIC_AUTO):  # this row's own run of the rule
                             family = label[:-len(FABRIC_AUTO)]
+                            rule = [(p, r, rule_cadence(r, family)) for p, r in priced]
                             # the best of every cadence run in this row: what no horizon rule beats
-                            hindsight = min(((p.total, rule_cadence(r, family)) for p, r in priced
-                                             if rule_cadence(r, family)), default=None)
+                            hindsight = min(((p.total, cad) for p, _, cad in rule if cad), default=None)
                             # the best of every run of the family (a tuned Θ too) and of the rule: what no Θ rule beats
-                            any_run = min((p.total for p, r in priced if rule_cadence(r, family) or r["family"] == family
-                                           and not run_cadence(r)), default=None)
+                            any_run = min((p.total for p, r, cad in rule if cad or r["family"] == family), default=None)
                             want = cadence(dp, k, f.gbps, f.latency_us, step_seconds(compute, model, "fedavg", step), family)
-                            free = min(((p, r) for p, r in priced if rule_cadence(r, family) == want),
-                                       key=lambda x: x[0].total, default=None)
+                            free = min(((p, r) for p, r, cad in rule if cad == want), key=lambda x: x[0].total, default=None)
                             if free is None and (setting, family, want) not in ran:
                                 missing.setdefault((setting, family), set()).add(want)
                                 continue  # never run: no verdict (time_to_accuracy.py --cadences lists what to run)
@@ -706,7 +704,7 @@ def main(argv=None) -> int:
     if stale:  # said, not silently dropped
         print(f"note: {len(stale)} cadence runs at H = 1 left out: they ran before a one-step horizon became the "
               "synchronous limit (fdahpc.theta); under the plain mean Synchronous's run stands for that cadence")
-    every_run = [r for r in every_run if not before_the_limit(r)]
+        every_run = [r for r in every_run if r["run_files"] not in stale]
     runs = [r for r in every_run if r["reached"] == "True"]
     families = [label[:-len(FABRIC_AUTO)] for label in args.free if label.endswith(FABRIC_AUTO)]
     ran = {(r["setting"], family, rule_cadence(r, family)) for r in every_run for family in families
