@@ -203,10 +203,7 @@ def parse(argv=None) -> argparse.Namespace:
         args.auto_round_epochs = [float(x) for x in args.auto_round_epochs.split(",") if x.strip()]
         args.auto_rules = {r.strip() for r in args.auto_rules.split(",") if r.strip()}
         args.auto_cadences = [parse_cadence(x) for x in args.auto_cadences.split(",") if x.strip()]
-        if args.auto_cadence_family not in ("linearfda", "sketchfda") and not args.auto_cadence_family.endswith(
-                ("+linear", "+sketch")):
-            raise ValueError(f"--auto-cadence-family {args.auto_cadence_family}: give linearfda, sketchfda or RULE+linear, "
-                             "e.g. diloco+linear")
+        cadence_family_flags(args.auto_cadence_family)
         if not args.auto_rules <= {"auto", "auto-once"}:
             raise ValueError(f"--auto-rules {','.join(sorted(args.auto_rules))}: choose from auto,auto-once")
     except ValueError as exc:
@@ -220,6 +217,16 @@ def parse_cadence(text: str) -> tuple[int, int]:
     if not (h.isdigit() and m.isdigit() and int(h) >= 1 and int(m) >= 1):
         raise ValueError(f"--auto-cadences {text.strip()!r}: give HORIZON:EVERY in whole steps >= 1, e.g. 86:86")
     return int(h), int(m)
+
+
+def cadence_family_flags(family: str) -> list[str]:
+    """The strategy flags of the cadence runs' family: an FDA strategy (``linearfda``, ``sketchfda``),
+    or ``RULE+linear``/``RULE+sketch``, another rule whose rounds an FDA trigger ends (``diloco+linear``:
+    DiLoCo's outer step); ``ValueError`` naming the choices otherwise."""
+    if family not in ("linearfda", "sketchfda") and not family.endswith(("+linear", "+sketch")):
+        raise ValueError(f"--auto-cadence-family {family}: give linearfda, sketchfda or RULE+linear, e.g. diloco+linear")
+    entry = comm_cost.parse_entry(family)
+    return ["--strategy", entry.name, *(["--trigger", entry.trigger_flag] if entry.trigger_flag else [])]
 
 
 def steps_per_epoch(workers: int) -> int:

@@ -17,7 +17,9 @@ evenly over the held-out text. The methods (``--methods``, default all):
   the ``--step-ms`` step times (:func:`time_to_accuracy.cadence`), i.e. the run the report's
   ``linearfda auto (fabric)`` takes in that row (a one-step horizon's is Synchronous's run);
   ``--cadences H:M,...`` adds others (a stated model size's, which
-  ``time_to_accuracy.py --cadences`` lists).
+  ``time_to_accuracy.py --cadences`` lists); ``--auto-cadence-family diloco+linear`` runs the
+  cadences under DiLoCo's outer step instead (``diloco+linear auto H=.. m=..``, the report's
+  ``--tuning-free 'diloco+linear auto (fabric)'``).
 
 Each (method, seed) run file is kept in ``--workdir`` (its folder names K, the cap, the
 targets and the evaluation) and reused, so an interrupted sweep resumes (``--fresh`` reruns).
@@ -50,12 +52,14 @@ FIXED = {
 STEP_MS = "5,20,100"
 
 
-def cadence_method(h: int, m: int, steps_per_epoch: int) -> tuple[str, tuple[str, str, list[str]]]:
-    """LinearFDA --theta auto with a round horizon of ``h`` steps, checked every ``m``: the
-    horizon given as the epochs --theta-round-epochs takes (h / steps per epoch, rounded back to h)."""
-    flags = ["--strategy", "linearfda", "--theta", "auto", "--theta-round-epochs", f"{h / steps_per_epoch:.9g}",
-             "--fda-every", str(m)]
-    return f"linearfda auto H={h} m={m}", ("linearfda", f"auto (H {h} steps, every {m})", flags)
+def cadence_method(h: int, m: int, steps_per_epoch: int,
+                   family: str = "linearfda") -> tuple[str, tuple[str, str, list[str]]]:
+    """``family`` (LinearFDA, or a rule under its trigger: ``diloco+linear``) at --theta auto with a
+    round horizon of ``h`` steps, checked every ``m``: the horizon given as the epochs
+    --theta-round-epochs takes (h / steps per epoch, rounded back to h)."""
+    flags = [*frontier.cadence_family_flags(family), "--theta", "auto",
+             "--theta-round-epochs", f"{h / steps_per_epoch:.9g}", "--fda-every", str(m)]
+    return f"{family} auto H={h} m={m}", (family, f"auto (H {h} steps, every {m})", flags)
 
 
 def fabric_cadences(d: int, k: int, step_ms: list[float]) -> list[tuple[int, int]]:
@@ -78,6 +82,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", default=None, help="comma-separated labels (default: all; see the module doc)")
     p.add_argument("--step-ms", default=STEP_MS, help=f"stated step times whose --theta-fabric cadences run (default {STEP_MS})")
     p.add_argument("--cadences", default="", metavar="H:M[,...]", help="more LinearFDA --theta auto cadences")
+    p.add_argument("--auto-cadence-family", default="linearfda", metavar="FAMILY",
+                   help="the cadence runs' strategy: linearfda (default), or RULE+linear, e.g. diloco+linear "
+                        "(DiLoCo's outer step, rounds ended by LinearFDA's trigger)")
     p.add_argument("--out", default=os.path.join(RESULTS, "frontier_gpt"), help="CSV path prefix (default %(default)s)")
     p.add_argument("--workdir", default=os.path.join(REPO_ROOT, "runs", "shakespeare"))
     p.add_argument("--fresh", action="store_true", help="rerun runs whose file is already there")
@@ -89,6 +96,7 @@ def parse(argv=None) -> argparse.Namespace:
         args.targets = sorted(float(t) for t in args.targets.split(",") if t.strip())
         args.step_ms = [float(x) for x in args.step_ms.split(",") if x.strip()]
         args.cadences = [frontier.parse_cadence(x) for x in args.cadences.split(",") if x.strip()]
+        frontier.cadence_family_flags(args.auto_cadence_family)
     except ValueError as exc:
         p.error(f"{exc}" if "--" in str(exc) else f"--seeds/--targets/--step-ms: {exc}; give comma-separated numbers")
     if not args.seeds or not args.targets or not all(0 < t <= 1 for t in args.targets):
@@ -141,7 +149,7 @@ def main(argv=None) -> int:
     if first is not None:
         d = first["params"]
         for h, m in sorted(set(fabric_cadences(d, k, args.step_ms)) | set(args.cadences)):
-            label, method = cadence_method(h, m, first["steps_per_epoch"])
+            label, method = cadence_method(h, m, first["steps_per_epoch"], args.auto_cadence_family)
             methods[label] = method
     chosen = list(methods) if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]
     unknown = [x for x in chosen if x not in methods]

@@ -933,6 +933,15 @@ def test_shakespeare_cadence_runs_round_trip_their_horizon_and_read_as_the_time_
         assert horizon_steps(spe, d, k, epochs) == h and flags[flags.index("--fda-every") + 1] == str(m)
         assert tta.run_cadence(dict(knob=knob, workers=str(k))) == (h, m) and family == "linearfda"
         assert tta.run_label(dict(knob=knob, workers=str(k), family=family)) == f"linearfda auto (H {h}, m {m})"
+    # the same cadence under DiLoCo's outer step: its strategy and trigger, read by the report as that family's
+    h, m = pairs[0]
+    label, (family, knob, flags) = shakespeare.cadence_method(h, m, spe, "diloco+linear")
+    assert label == f"diloco+linear auto H={h} m={m}" and family == "diloco+linear"
+    assert flags[:4] == ["--strategy", "diloco", "--trigger", "linear"] and "--theta-round-epochs" in flags
+    assert tta.rule_cadence(dict(knob=knob, workers=str(k), family=family), "diloco+linear") == (h, m)
+    with pytest.raises(SystemExit) as exc:
+        shakespeare.parse(["--auto-cadence-family", "fedavg"])
+    assert exc.value.code == 2
 
 
 @pytest.mark.skipif(not __import__("fdahpc.data.shakespeare", fromlist=["corpus_path"]).corpus_path(None).is_file(),
