@@ -19,7 +19,9 @@ evenly over the held-out text. The methods (``--methods``, default all):
   ``--cadences H:M,...`` adds others (a stated model size's, which
   ``time_to_accuracy.py --cadences`` lists); ``--auto-cadence-family diloco+linear`` runs the
   cadences under DiLoCo's outer step instead (``diloco+linear auto H=.. m=..``, the report's
-  ``--tuning-free 'diloco+linear auto (fabric)'``).
+  ``--tuning-free 'diloco+linear auto (fabric)'``), and ``--theta-calibrate estimate`` with Θ
+  re-calibrated on the trigger's own estimate (``linearfda auto H=.. m=.. estimate``; into an
+  ``--out`` of their own, since their points have the same family and knob).
 
 Each (method, seed) run file is kept in ``--workdir`` (its folder names K, the cap, the
 targets and the evaluation) and reused, so an interrupted sweep resumes (``--fresh`` reruns).
@@ -40,6 +42,7 @@ from cost_model import FABRICS
 import frontier
 import frontier_analysis
 import time_to_accuracy
+from fdahpc.options import CALIBRATIONS
 
 #: label -> (family, knob, the method's flags)
 FIXED = {
@@ -52,14 +55,17 @@ FIXED = {
 STEP_MS = "5,20,100"
 
 
-def cadence_method(h: int, m: int, steps_per_epoch: int,
-                   family: str = "linearfda") -> tuple[str, tuple[str, str, list[str]]]:
+def cadence_method(h: int, m: int, steps_per_epoch: int, family: str = "linearfda",
+                   calibrate: str | None = None) -> tuple[str, tuple[str, str, list[str]]]:
     """``family`` (LinearFDA, or a rule under its trigger: ``diloco+linear``) at --theta auto with a
     round horizon of ``h`` steps, checked every ``m``: the horizon given as the epochs
-    --theta-round-epochs takes (h / steps per epoch, rounded back to h)."""
+    --theta-round-epochs takes (h / steps per epoch, rounded back to h); ``calibrate``: its
+    --theta-calibrate, named in the label (and so in the run file's name)."""
     flags = [*frontier.cadence_family_flags(family), "--theta", "auto",
              "--theta-round-epochs", f"{h / steps_per_epoch:.9g}", "--fda-every", str(m)]
-    return f"{family} auto H={h} m={m}", (family, f"auto (H {h} steps, every {m})", flags)
+    flags += ["--theta-calibrate", calibrate] if calibrate else []
+    label = f"{family} auto H={h} m={m}" + (f" {calibrate}" if calibrate else "")
+    return label, (family, f"auto (H {h} steps, every {m})", flags)
 
 
 def fabric_cadences(d: int, k: int, step_ms: list[float]) -> list[tuple[int, int]]:
@@ -85,6 +91,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--auto-cadence-family", default="linearfda", metavar="FAMILY",
                    help="the cadence runs' strategy: linearfda (default), or RULE+linear, e.g. diloco+linear "
                         "(DiLoCo's outer step, rounds ended by LinearFDA's trigger)")
+    p.add_argument("--theta-calibrate", default=None, choices=CALIBRATIONS,
+                   help="the cadence runs' --theta-calibrate (default: the training default, variance); named in "
+                        "their labels, e.g. 'linearfda auto H=101 m=101 estimate'; write them to an --out of their own")
     p.add_argument("--out", default=os.path.join(RESULTS, "frontier_gpt"), help="CSV path prefix (default %(default)s)")
     p.add_argument("--workdir", default=os.path.join(REPO_ROOT, "runs", "shakespeare"))
     p.add_argument("--fresh", action="store_true", help="rerun runs whose file is already there")
@@ -149,7 +158,8 @@ def main(argv=None) -> int:
     if first is not None:
         d = first["params"]
         for h, m in sorted(set(fabric_cadences(d, k, args.step_ms)) | set(args.cadences)):
-            label, method = cadence_method(h, m, first["steps_per_epoch"], args.auto_cadence_family)
+            label, method = cadence_method(h, m, first["steps_per_epoch"], args.auto_cadence_family,
+                                           args.theta_calibrate)
             methods[label] = method
     chosen = list(methods) if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]
     unknown = [x for x in chosen if x not in methods]

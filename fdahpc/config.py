@@ -74,6 +74,7 @@ class TrainConfig:
     theta_auto_epochs: float | None = _f(None, HELP["theta_auto_epochs"])
     theta_round_epochs: float | None = _f(None, HELP["theta_round_epochs"])
     theta_fabric: str | None = _f(None, HELP["theta_fabric"])
+    theta_calibrate: str | None = _f(None, HELP["theta_calibrate"])
     fda_lag: int | None = _f(None, HELP["fda_lag"])
     fda_every: int | None = _f(None, HELP["fda_every"])
     tau: int | None = _f(None, HELP["tau"])
@@ -210,7 +211,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "text": ("context", "gpt_layers", "gpt_heads", "gpt_width"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy", "target_loss",
                  "eval_samples", "train_samples", "eval_every", "seed", "drop_last", "clip_grad_norm"),
-    "fda": ("theta", "theta_auto_epochs", "theta_round_epochs", "theta_fabric", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
+    "fda": ("theta", "theta_auto_epochs", "theta_round_epochs", "theta_fabric", "theta_calibrate", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
     "schedule": ("tau", "local_epochs", "warmup_steps"),
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),

@@ -63,6 +63,10 @@ class NoOptions:
     """A part with no options of its own."""
 
 
+#: What ``--theta auto`` re-calibrates Θ on (``--theta-calibrate``; :func:`fdahpc.theta.recalibrate`).
+CALIBRATIONS = ("variance", "estimate")
+
+
 @dataclass(frozen=True)
 class ThresholdOptions:
     """A Θ-driven trigger's threshold: a number ≥ 0; ``auto``: Θ_0 = 4·10⁻⁵·d, then after every
@@ -84,6 +88,10 @@ class ThresholdOptions:
                                                                      "model AllReduce costs <= 10 %% of its compute, "
                                                                      "e.g. 10,25,20; measure: the three timed in the "
                                                                      "job's first steps (not bit-reproducible)")
+    theta_calibrate: str | None = _o(None, "--theta auto: what Θ is re-calibrated on after a sync: variance (default: "
+                                           "the exact model variance Var_r) or estimate (the trigger's own estimate at "
+                                           "the sync, the quantity Θ is compared with, so a round lasts about H steps "
+                                           "however far the estimate exceeds the variance)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "theta", theta_value(self.theta))
@@ -102,6 +110,11 @@ class ThresholdOptions:
         for name in ("theta_round_epochs", "theta_fabric"):
             _require(getattr(self, name) is None or self.theta == "auto",
                      f"--{name.replace('_', '-')}: sets the round horizon of --theta auto; with --theta {self.theta} drop it")
+        if self.theta_calibrate is not None:
+            _require(self.theta_calibrate in CALIBRATIONS, f"--theta-calibrate {self.theta_calibrate!r}: unknown; choose "
+                     f"one of {', '.join(CALIBRATIONS)}")
+            _require(self.theta == "auto", f"--theta-calibrate: what --theta auto re-calibrates on; with --theta "
+                     f"{self.theta} drop it")
 
     @property
     def auto(self) -> bool:

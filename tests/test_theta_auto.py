@@ -90,6 +90,38 @@ def test_recalibration_matches_the_hand_computed_variance(comm, strategy, lag):
     assert saved["theta"] == strat.trigger.theta and saved["round_start"] == syncs[-1]
 
 
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy,lag", [("linearfda", 0), ("sketchfda", 0), ("linearfda", 1)])
+def test_estimate_calibration_scales_the_estimate_that_ended_the_round(comm, strategy, lag):
+    """--theta-calibrate estimate: Θ_{r+1} = min(H/H_r, 4) · Ĥ_r, Ĥ_r the trigger's estimate that
+    decided the sync (the logged ``fda/h`` of that step; at lag 1 from the state a step old), for the same
+    drifts as above; the variance is still logged beside it."""
+    k = comm.world_size
+    strat, rec, monitor = drive(comm, strategy, 60, theta="auto", theta_round_epochs=2, fda_lag=lag,
+                                theta_calibrate="estimate")
+    syncs, horizon = rec.get("sync/step", []), 20
+    if k == 1:  # no variance: Θ = ∞ after the first round, whatever the estimate; then the cap 2H ends each
+        # round, and its step reduces the trigger's whole state (its estimate) where the variance takes 4 bytes
+        strat, rec, monitor = drive(comm, strategy, 110, theta="auto", theta_round_epochs=2, fda_lag=lag,
+                                    theta_calibrate="estimate")
+        syncs = rec["sync/step"]
+        assert set(rec["fda_auto/theta"]) == {math.inf} and np.diff(syncs[1:]).tolist() == [40] * (len(syncs) - 2)
+        assert monitor == (110 - lag * len(syncs[:1])) * strat.trigger.state_bytes + lag * 4 * len(syncs[:1])
+        return
+    h_at = dict(zip(rec["fda/step"], rec["fda/h"]))
+    assert syncs and rec["fda_auto/step"] == syncs
+    for step, s, est, var, theta in zip(syncs, rec["fda_auto/round_steps"], rec["fda_auto/estimate"],
+                                        rec["fda_auto/variance"], rec["fda_auto/theta"]):
+        assert est == h_at[step]  # the estimate that crossed the last Θ (logged at the step it decided)
+        assert theta == pytest.approx(min(horizon / s, 4) * est, rel=1e-6)
+        assert var == pytest.approx(1e-4 * s * s * (k * k - 1) / 12, rel=1e-4, abs=1e-9)
+    assert all(t > 0 for t in rec["fda_auto/theta"])
+    with pytest.raises(ValueError, match="--theta-calibrate: what --theta auto re-calibrates on"):
+        resolve(TrainConfig(strategy="linearfda", theta=1.0, theta_calibrate="estimate"))
+    with pytest.raises(ValueError, match="--theta-calibrate 'bound': unknown; choose one of variance, estimate"):
+        resolve(TrainConfig(strategy="linearfda", theta="auto", theta_calibrate="bound"))
+
+
 def test_theta_auto_options():
     cfg = TrainConfig(strategy="linearfda", theta="auto", theta_fabric="1,10000,5")
     assert cfg.theta == "auto" and cfg.theta_fabric == "1,10000,5"

@@ -31,7 +31,7 @@ import torch
 
 from ..comm import Communicator
 from ..comm.base import Done, Request
-from ..options import FDAOptions, SketchFDAOptions
+from ..options import CALIBRATIONS, FDAOptions, SketchFDAOptions
 from ..theta import (MEASURE, MEASURE_STEPS, ROUND_CAP, check_every, every_from_seconds, horizon_from_seconds,
                      horizon_steps, prior, recalibrate)
 from .base import BuildContext, Trigger, trigger
@@ -91,10 +91,13 @@ class _FDATrigger(Trigger):
     def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0,
                  every: int | None = None, auto_steps: int | None = None, horizon: int | None = None,
                  fabric: tuple[float, float, float] | None = None, log_every: int = 1,
-                 log_variance: bool = False) -> None:
+                 log_variance: bool = False, calibrate: str | None = None) -> None:
         # The options' checks, one wording for the command line, ModelAverager and this class.
         FDAOptions(theta="auto-once" if auto_steps is not None else theta, fda_lag=lag, fda_every=every,
                    fda_log_every=log_every)
+        if calibrate not in (None, *CALIBRATIONS) or (calibrate is not None and horizon is None):
+            raise ValueError(f"theta auto: calibrate is one of {', '.join(CALIBRATIONS)} and needs the round horizon, "
+                             f"got {calibrate!r}")
         if horizon is not None and (horizon < 1 or auto_steps is not None):
             raise ValueError(f"theta auto: the round horizon must be >= 1 step (got {horizon}) and excludes auto-once")
         if auto_steps is not None and auto_steps < 1:
@@ -116,6 +119,8 @@ class _FDATrigger(Trigger):
         self.round_start = 0  # the trigger step of the last synchronization (theta auto's H_r)
         self.trigger_step = 0
         self._sync_mean_sq: float | None = None  # theta auto: mean ||u_k||^2 at the sync being decided
+        self.calibrate = calibrate or "variance"  # theta auto: Θ re-calibrated on the variance or on the estimate
+        self._estimate: float | None = None  # the estimate of the last decision (theta auto's estimate calibration)
         self.log_every = log_every
         self.log_variance = log_variance
         self.state = torch.zeros(state_len, dtype=torch.float32)  # what goes on the wire, moved beside w
@@ -213,7 +218,7 @@ class _FDATrigger(Trigger):
 
     def _decide(self, step: int, extra: dict) -> bool:
         # Only the reduced state (8 bytes for LinearFDA, 5 KB for SketchFDA) comes to the host.
-        h = self.estimate(self.state.cpu().numpy())
+        h = self._estimate = self.estimate(self.state.cpu().numpy())
         if step % self.log_every == 0:
             self.record("fda", h=h, **extra)
         return h > self.theta or self.theta == 0.0
@@ -249,17 +254,28 @@ class _FDATrigger(Trigger):
         if self._pending is not None:  # a state in flight is stale once the round ends
             self._pending.wait()
             self._pending = None
-        self._sync_mean_sq = float(self._reduce_mean_sq(w, anchor)[0])
+        if self.calibrate == "estimate":  # this step's whole state: its estimate, and mean ||u_k||^2 as its first entry
+            self._reduce(w, anchor).wait()
+            self._estimate = self.estimate(self.state.cpu().numpy())
+            self._sync_mean_sq = float(self.state[0])
+        else:
+            self._sync_mean_sq = float(self._reduce_mean_sq(w, anchor)[0])
         return True
 
     def _recalibrate(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
-        """theta auto after a synchronization: Θ = horizon / H_r · Var_r. A sync the trigger
+        """theta auto after a synchronization: Θ = horizon / H_r · Var_r, or with
+        ``calibrate="estimate"`` horizon / H_r · Ĥ_r, the estimate that ended the round (at lag 1
+        the state a step old that decided it; at the round cap this step's). A sync the trigger
         did not decide (a warm-up step) only restarts the round."""
         if self._sync_mean_sq is not None:
             rounds = self.trigger_step - self.round_start
             variance = self._sync_mean_sq - self.mean_drift_sq(old_anchor, new_anchor)
-            self.theta = recalibrate(variance, rounds, self.horizon)
-            self.record("fda_auto", theta=self.theta, round_steps=rounds, variance=variance)
+            on = variance  # no variance (one worker): nothing to average, Θ = ∞ whatever the estimate
+            if self.calibrate == "estimate" and variance > 0 and self._estimate > 0:
+                on = self._estimate
+            self.theta = recalibrate(on, rounds, self.horizon)
+            self.record("fda_auto", theta=self.theta, round_steps=rounds, variance=variance,
+                        **({"estimate": self._estimate} if self.calibrate == "estimate" else {}))
         self._sync_mean_sq = None
         self.round_start = self.trigger_step
 
@@ -308,7 +324,7 @@ class _FDATrigger(Trigger):
             theta = prior(ctx.dim)
         return dict(theta=theta, lag=o.fda_lag, every=o.fda_every, auto_steps=auto_steps, horizon=horizon,
                     fabric=o.theta_fabric if o.theta == "auto" else None, log_every=o.fda_log_every,
-                    log_variance=o.log_variance)
+                    log_variance=o.log_variance, calibrate=o.theta_calibrate)
 
 
 @trigger("linear")
