@@ -59,6 +59,13 @@ calibrated from the last):
   (``fda_fabric/*``).
 - Var_r ≤ 0 (one worker): nothing to average; Θ becomes ∞ and the run never syncs again
   (except at the round cap).
+- ``--theta-calibrate estimate`` (not the default): ``Θ_{r+1} = min(H/H_r, 4) · Ĥ_r`` with Ĥ_r
+  the trigger's own estimate that ended round r (at the round cap, that step's, from one
+  reduction of the whole state). Θ is compared with the estimate, not with the variance, and
+  LinearFDA's estimate exceeds the variance by a factor c (mean ||u||² against the variance,
+  when ξ explains little of the drift), so calibrated on Var_r its rounds end near H/c;
+  calibrated on Ĥ_r they end near H whatever c is. Ĥ_r ≤ 0 (SketchFDA's noise at the cap)
+  falls back to Var_r.
 """
 
 from __future__ import annotations
@@ -145,7 +152,8 @@ def check_every(state_bytes: int, workers: int, fabric: tuple[float, float, floa
 
 
 def recalibrate(variance: float, round_steps: int, horizon: int) -> float:
-    """Θ_{r+1} = min(H / H_r, 4) · Var_r; ∞ when there is no variance (nothing to average)."""
+    """Θ_{r+1} = min(H / H_r, 4) · Var_r (or · Ĥ_r, ``--theta-calibrate estimate``); ∞ when
+    there is no variance (nothing to average)."""
     if not variance > 0:
         return math.inf
     return min(horizon / max(1, round_steps), MAX_STRETCH) * variance
