@@ -161,6 +161,7 @@ def test_fabric_allreduce_seconds_is_the_model_on_the_stated_fabrics():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST_DIR), reason="dataset-fashion-mnist not installed")
 def test_scaling_quick_run_measures_and_projects(tmp_path):
     """``scaling.py --quick`` on 2 ranks end to end: the numbers are timings, so only the
     report's structure and the byte counts (exact) are checked."""
