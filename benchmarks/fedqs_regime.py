@@ -27,7 +27,8 @@ reduced size (``TEXT``; docs/tick-clock.md).
 
 ``--decompose R`` (issue 43) takes FedQS's gain over its baseline apart, one switch at a
 time away from the authors' simulator (tick clock, drop-last, their variant with feedback):
-feedback off, their momentum on, the event clock, every batch. Each row is read at R
+feedback off, their momentum on, F read as the share of aggregations (the reading fdahpc had
+before), the event clock, every batch. Each row is read at R
 aggregations (convergence accuracy = the mean of evaluations R−19..R), from the grid's own
 run files where they are long enough (the same seed's run is the same up to R), else from
 runs of R aggregations in ``--out-dir/decompose<R>/``, which it runs (``--seeds``, resumable).
@@ -225,6 +226,8 @@ DECOMPOSITION = (
     ("none (ticks, drop-last, feedback)", "ticks", True, "fedqs-avg:fedqs-variant=authors", "fedavg"),
     ("feedback weights off", "ticks", True, "fedqs-avg:fedqs-variant=authors:fedqs-no-feedback", "fedavg"),
     ("the authors' momentum on", "ticks", True, "fedqs-avg:fedqs-variant=authors:fedqs-authors-momentum", "fedavg"),
+    ("F as the share of aggregations, (n_i+1)/(t+1)", "ticks", True,
+     "fedqs-avg:fedqs-variant=authors:fedqs-feedback=authors-per-round", "fedavg"),
     ("event clock", "events", True, "fedqs-avg:fedqs-variant=authors", "fedavg"),
     ("every batch (no drop-last)", "ticks", False, "fedqs-avg:fedqs-variant=authors", "fedavg"),
     ("none (ticks, drop-last, feedback)", "ticks", True, "fedqs-sgd:fedqs-variant=authors", "fedsgd"),

@@ -122,7 +122,8 @@ class TrainConfig:
                             "no momentum, flags reset each aggregation)")
     fedqs_similarity: str | None = _f(None, "semiasync, FedQS Mod1 similarity of the paper variant: cosine, euclidean or manhattan")
     fedqs_feedback: str | None = _f(None, "semiasync, FedQS Mod3 feedback weight, by default the variant's own: paper, authors "
-                                    "(code is its old name) or misread (ablation: the old exp(φ-F)/(2φ-F)·(1+G)/2K)")
+                                    "(code is its old name), authors-per-round (ablation: theirs with F = (n_i+1)/(t+1), the share of "
+                                    "aggregations) or misread (ablation: the old exp(φ-F)/(2φ-F)·(1+G)/2K)")
     fedqs_authors_momentum: bool = _f(False, "semiasync, FedQS authors variant: their other files' momentum m0 + min(2(1/G-1), 0.4) "
                                       "instead of none")
     fedqs_sketch_similarity: bool = _f(False, "semiasync, FedQS paper variant: estimate Mod1's cosine from AMS "

@@ -94,6 +94,12 @@ def test_fedqs_feedback_weight_by_hand():
     # authors: counts after [4, 4, 0, 0], F = 1/2 = phi: (e/2)^0
     assert_close(build_rule("fedqs-avg", variant="authors").weights(_two(), c3, 4),
                  np.array([0.5, 0.75]) / 1.25, rtol=1e-14, atol=0)
+    # authors-per-round: the authors' weight with F = (n(0) + 1) / 4 = 1/2 = phi here, factor 1;
+    # with c3, F = 4/4: 1/4 * (e/2)^(0.5 - 1) * 2
+    assert_close(build_rule("fedqs-avg", variant="authors", feedback_weight="authors-per-round").weights(_two(), counts, 4),
+                 np.array([0.5, 0.75]) / 1.25, rtol=1e-14, atol=0)
+    assert_close(build_rule("fedqs-avg", variant="authors", feedback_weight="authors-per-round").weights(_two(), c3, 4),
+                 np.array([0.5 * f, 0.75]) / (0.5 * f + 0.75), rtol=1e-14, atol=0)
     # misread (the old weight): F = 1/6 of all updates, exp(1/3)/(1 - 1/6) * 2/4.
     m = math.exp(0.5 - 1 / 6) / (1 - 1 / 6) * 2 / 4
     assert_close(build_rule("fedqs-avg", feedback_weight="misread").weights(_two(), counts, 4),

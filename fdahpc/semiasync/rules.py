@@ -54,6 +54,11 @@ labels are skewed) gets
   ``c_i / Σ_j c_j`` with ``c`` the counts after this buffer is added (a client twice in it
   counts twice), which averages 1/N, not φ; their G is taken at aggregation (the server
   sets ``Update.G``, server.py).
+- ``authors-per-round`` (an ablation, never a default): the authors' weight with F read as
+  fdahpc read it before issue 43, the share of aggregations the client took part in,
+  ``(n(i) + 1) / (t + 1)``. It averages φ instead of 1/N, so a client aggregated at the
+  fair rate gets the factor 1 instead of ``(e/2)^(φ - 1/N)``, and one aggregated in every
+  round ``(e/2)^(φ - 1)``: it measures what the reading of F is worth.
 - ``misread`` (an ablation, never a default): the weight this code used before,
   ``exp(φ - F_i) / max(2φ - F_i, φ/10) · (1 + G_i) / (2K)`` with ``F_i = n(i) / Σ_j n(j)``
   (share of updates, this aggregation not counted) and G clamped to ``[0, 9]``, kept so
@@ -105,7 +110,7 @@ __all__ = ["Update", "Combination", "add_member", "BufferRule", "FedAvg", "FedSG
            "buffer_rule", "ServerLROptions", "MStepOptions", "FedQSRuleOptions", "rule_options", "build_buffer_rule",
            "build_rule"]
 
-FEEDBACK_WEIGHTS = ("paper", "authors", "misread")
+FEEDBACK_WEIGHTS = ("paper", "authors", "authors-per-round", "misread")
 FEEDBACK_ALIASES = {"code": "authors"}  # the old name of the authors' weight
 G_CAP = 9.0  # the authors' cap on F and G (the misread ablation's clamp on G)
 G_WEIGHT_MAX = 2.0  # min(G, 2) in the feedback weight (the authors')
@@ -453,7 +458,7 @@ class _FedQS(BufferRule):
                 F = c[u.client] / max(1.0, c.sum())
             elif self.feedback_weight == "authors":
                 F = after[u.client] / after.sum()
-            else:
+            else:  # paper, authors-per-round
                 F = (c[u.client] + 1.0) / round_now
             p[k] = feedback_weight(phi, F, u.G, K, self.feedback_weight, base=p[k])
         return p / p.sum()
@@ -465,7 +470,7 @@ def feedback_weight(phi: float, F: float, G: float, K: int, weight: str = "paper
     if weight == "paper":
         G = min(max(float(G), 0.0), G_WEIGHT_MAX)
         return (math.e / 2.0) ** (phi - F) * (1.0 + G) ** 2 / K
-    if weight == "authors":
+    if weight in ("authors", "authors-per-round"):
         G = min(max(float(G), 0.0), G_WEIGHT_MAX)
         return base * (math.e / 2.0) ** (phi - F) * (1.0 + G ** 2)
     if weight == "misread":
