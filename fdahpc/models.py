@@ -31,7 +31,7 @@ from torch import nn
 from .options import TextModelOptions
 from .user import call, one_line
 
-__all__ = ["MODELS", "TEXT_MODELS", "TextModelOptions", "build_model", "build_own_model", "build_text_model",
+__all__ = ["MODELS", "TEXT_MODELS", "MaxPool2", "TextModelOptions", "build_model", "build_own_model", "build_text_model",
            "count_params", "flat_outputs"]
 
 MODELS: tuple[str, ...] = ("lenet5", "lenet5bn", "mlr", "cnn", "vgg16star", "resnet18", "gpt", "lstm")
@@ -53,6 +53,29 @@ def _glorot_(model: nn.Module) -> nn.Module:
     return model
 
 
+class MaxPool2(nn.MaxPool2d):
+    """``nn.MaxPool2d(2)``, with a faster forward on the CPU where no gradient is taken.
+
+    torch's CPU max-pool kernel is slow at this size (on LeNet-5's first pooling, 50 images,
+    it takes about as long as the convolution before it; ``benchmarks/maxpool.py`` prints the
+    ratio on the machine at hand). Where no gradient is taken (evaluation), a 2x2 window's
+    maximum is two rounds of elementwise maxima over the four strided quarters of the input:
+    the same values as the kernel (the maximum is exact, and a NaN in a window comes out as
+    NaN in both). Where autograd records, the kernel runs, so the gradient still goes to the
+    first maximum of each window, as torch's. ``tests/test_models.py`` ties the two.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dim() not in (3, 4) or (torch.is_grad_enabled() and x.requires_grad):
+            return super().forward(x)
+        h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
+        a, b, c, d = (x[..., i:h:2, j:w:2] for i in (0, 1) for j in (0, 1))
+        return torch.maximum(torch.maximum(a, b), torch.maximum(c, d))
+
+
 def _lenet5(c: int, s: int, k: int, batch_norm: bool = False) -> nn.Module:
     """conv 6@5x5 'same' -> pool -> conv 16@5x5 -> pool -> FC 120 -> 84 -> k.
 
@@ -66,8 +89,8 @@ def _lenet5(c: int, s: int, k: int, batch_norm: bool = False) -> nn.Module:
         return [nn.BatchNorm2d(channels)] if batch_norm else []
 
     return nn.Sequential(
-        nn.Conv2d(c, 6, 5, padding=2), *norm(6), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), *norm(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c, 6, 5, padding=2), *norm(6), nn.ReLU(), MaxPool2(),
+        nn.Conv2d(6, 16, 5), *norm(16), nn.ReLU(), MaxPool2(),
         nn.Flatten(),
         nn.Linear(16 * side * side, 120), nn.ReLU(),
         nn.Linear(120, 84), nn.ReLU(),
@@ -84,8 +107,8 @@ def _cnn(c: int, s: int, k: int) -> nn.Module:
     """The FedAvg/FedAdp CNN: conv 32@5x5 -> pool -> conv 64@5x5 -> pool -> FC 512 -> k."""
     side = s // 4
     return nn.Sequential(
-        nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), MaxPool2(),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), MaxPool2(),
         nn.Flatten(),
         nn.Linear(64 * side * side, 512), nn.ReLU(),
         nn.Linear(512, k),
@@ -109,7 +132,7 @@ def _vgg16star(c: int, s: int, k: int) -> nn.Module:
         for _ in range(convs):
             layers += [nn.Conv2d(c, width, 3, padding=1), nn.ReLU()]
             c = width
-        layers.append(nn.MaxPool2d(2))
+        layers.append(MaxPool2())
     layers += [
         nn.AdaptiveAvgPool2d(2), nn.Flatten(),
         nn.Linear(c * 4, 512), nn.ReLU(),

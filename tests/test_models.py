@@ -97,3 +97,38 @@ def test_unknown_name_lists_the_choices():
 def test_bad_shapes_name_the_argument(kwargs, word):
     with pytest.raises(ValueError, match=word):
         build_model("lenet5", **kwargs)
+
+
+@pytest.mark.parametrize("shape", [(50, 6, 28, 28), (7, 16, 10, 10), (3, 2, 7, 9), (4, 5, 6)])
+def test_fast_max_pool_is_torch_max_pool(shape):
+    """MaxPool2's forward without autograd (elementwise maxima of the strided quarters) gives
+    nn.MaxPool2d(2)'s values, on ties (a flat background after a ReLU), NaNs and odd sides
+    (the last row and column dropped); with autograd it is the kernel, gradient included."""
+    from fdahpc.models import MaxPool2
+
+    g = torch.Generator().manual_seed(sum(shape))
+    x = torch.relu(torch.randn(shape, generator=g))
+    x[..., :3, :] = 0.25  # ties inside windows that are not all zero
+    x[..., -1, -1] = float("nan")
+    x.view(-1)[5] = float("nan")
+    fast, ref = MaxPool2(), nn.MaxPool2d(2)
+    with torch.no_grad():
+        y = fast(x)
+        assert torch.equal(y.isnan(), ref(x).isnan()) and y.isnan().any()
+        assert torch.equal(y.nan_to_num(), ref(x).nan_to_num())
+        if x.dim() == 4:
+            y_last = fast(x.contiguous(memory_format=torch.channels_last))
+            assert torch.equal(y_last.nan_to_num(), y.nan_to_num())
+    xf, xr = x.nan_to_num().requires_grad_(True), x.nan_to_num().requires_grad_(True)
+    up = torch.randn(y.shape, generator=g)
+    fast(xf).backward(up)
+    ref(xr).backward(up)
+    assert torch.equal(xf.grad, xr.grad) and xf.grad.count_nonzero() == up.numel()  # one maximum per window
+
+
+def test_models_pool_with_the_fast_max_pool():
+    from fdahpc.models import MaxPool2
+
+    for name in ("lenet5", "lenet5bn", "cnn", "vgg16star"):
+        pools = [m for m in build_model(name, 1, 28, 10).modules() if isinstance(m, nn.MaxPool2d)]
+        assert pools and all(type(m) is MaxPool2 for m in pools), name
