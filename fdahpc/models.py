@@ -53,26 +53,73 @@ def _glorot_(model: nn.Module) -> nn.Module:
     return model
 
 
-class MaxPool2(nn.MaxPool2d):
-    """``nn.MaxPool2d(2)``, with a faster forward on the CPU where no gradient is taken.
+def _quarters(x: torch.Tensor) -> list[torch.Tensor]:
+    """The four strided views of ``x`` that hold each 2x2 window's corners, in row-major order
+    (an odd last row or column dropped, as ``nn.MaxPool2d(2)`` drops it)."""
+    h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
+    return [x[..., i:h:2, j:w:2] for i in (0, 1) for j in (0, 1)]
 
-    torch's CPU max-pool kernel is slow at this size (on LeNet-5's first pooling, 50 images,
-    it takes about as long as the convolution before it; ``benchmarks/maxpool.py`` prints the
-    ratio on the machine at hand). Where no gradient is taken (evaluation), a 2x2 window's
-    maximum is two rounds of elementwise maxima over the four strided quarters of the input:
-    the same values as the kernel (the maximum is exact, and a NaN in a window comes out as
-    NaN in both). Where autograd records, the kernel runs, so the gradient still goes to the
-    first maximum of each window, as torch's. ``tests/test_models.py`` ties the two.
+
+def _first_maxima(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Each window's first maximum in row-major order, as a flat index into its (H, W) plane:
+    the index torch's kernel records (it moves on only to a strictly larger value)."""
+    w = x.shape[-1]
+    h2, w2 = y.shape[-2:]
+    index = (torch.arange(h2).mul_(2 * w).unsqueeze(1) + torch.arange(w2).mul_(2)).expand(y.shape).contiguous()
+    taken = None
+    for corner, offset in zip(_quarters(x), (0, 1, w, w + 1)):
+        hit = corner == y
+        if taken is None:
+            taken = hit
+            continue
+        hit &= ~taken
+        taken |= hit
+        index.add_(hit, alpha=offset)
+    return index
+
+
+class _MaxPool2Function(torch.autograd.Function):
+    """The 2x2 maximum by elementwise maxima; the gradient by torch's own scatter, to the
+    window's first maximum (to the kernel's choice where a window holds a NaN)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        a, b, c, d = _quarters(x)
+        y = torch.maximum(torch.maximum(a, b), torch.maximum(c, d))
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        x, y = ctx.saved_tensors
+        index = nn.functional.max_pool2d(x, 2, return_indices=True)[1] if y.isnan().any() else _first_maxima(x, y)
+        return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, index)
+
+
+class MaxPool2(nn.MaxPool2d):
+    """``nn.MaxPool2d(2)``, faster on the CPU, with the same values and gradients.
+
+    torch's CPU max-pool kernel is slow at these sizes: in a profile of a LeNet-5-BN run
+    (batch 50, one thread) its forward took 14 s against 8 s for the convolutions' forward
+    (``benchmarks/maxpool.py`` prints the ratios on the machine at hand). Here a 2x2 window's maximum is two rounds of
+    elementwise maxima over the input's four strided quarters: the kernel's values (the
+    maximum is exact; a window with a NaN gives NaN in both). Where autograd records, the
+    backward sends each window's gradient to its first maximum in row-major order, the
+    element torch's kernel picks (``_first_maxima``), through torch's own scatter; a window
+    holding a NaN takes the kernel's index. ``tests/test_models.py`` ties both to
+    ``nn.MaxPool2d(2)``, bit for bit. Off the CPU the kernel runs.
     """
 
     def __init__(self) -> None:
         super().__init__(2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type != "cpu" or x.dim() not in (3, 4) or (torch.is_grad_enabled() and x.requires_grad):
+        if x.device.type != "cpu" or x.dim() not in (3, 4):
             return super().forward(x)
-        h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
-        a, b, c, d = (x[..., i:h:2, j:w:2] for i in (0, 1) for j in (0, 1))
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _MaxPool2Function.apply(x)
+        a, b, c, d = _quarters(x)
         return torch.maximum(torch.maximum(a, b), torch.maximum(c, d))
 
 

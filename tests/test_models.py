@@ -101,9 +101,9 @@ def test_bad_shapes_name_the_argument(kwargs, word):
 
 @pytest.mark.parametrize("shape", [(50, 6, 28, 28), (7, 16, 10, 10), (3, 2, 7, 9), (4, 5, 6)])
 def test_fast_max_pool_is_torch_max_pool(shape):
-    """MaxPool2's forward without autograd (elementwise maxima of the strided quarters) gives
-    nn.MaxPool2d(2)'s values, on ties (a flat background after a ReLU), NaNs and odd sides
-    (the last row and column dropped); with autograd it is the kernel, gradient included."""
+    """MaxPool2 (elementwise maxima of the strided quarters; the gradient to each window's
+    first maximum) gives nn.MaxPool2d(2)'s values and gradients bit for bit, on ties (a flat
+    background after a ReLU), NaNs, odd sides (the last row and column dropped), 3-D input."""
     from fdahpc.models import MaxPool2
 
     g = torch.Generator().manual_seed(sum(shape))
@@ -119,11 +119,14 @@ def test_fast_max_pool_is_torch_max_pool(shape):
         if x.dim() == 4:
             y_last = fast(x.contiguous(memory_format=torch.channels_last))
             assert torch.equal(y_last.nan_to_num(), y.nan_to_num())
-    xf, xr = x.nan_to_num().requires_grad_(True), x.nan_to_num().requires_grad_(True)
     up = torch.randn(y.shape, generator=g)
-    fast(xf).backward(up)
-    ref(xr).backward(up)
-    assert torch.equal(xf.grad, xr.grad) and xf.grad.count_nonzero() == up.numel()  # one maximum per window
+    for inputs in (x.nan_to_num(), x):  # a window with a NaN sends its gradient where the kernel does
+        xf, xr = inputs.clone().requires_grad_(True), inputs.clone().requires_grad_(True)
+        yf = fast(xf)
+        assert yf.grad_fn is not None and type(yf.grad_fn).__name__ != "MaxPool2DWithIndicesBackward0"
+        yf.backward(up)
+        ref(xr).backward(up)
+        assert torch.equal(xf.grad, xr.grad) and xf.grad.count_nonzero() == up.numel()  # one maximum per window
 
 
 def test_models_pool_with_the_fast_max_pool():
