@@ -32,6 +32,8 @@ before), the event clock, every batch. Each row is read at R
 aggregations (convergence accuracy = the mean of evaluations R−19..R), from the grid's own
 run files where they are long enough (the same seed's run is the same up to R), else from
 runs of R aggregations in ``--out-dir/decompose<R>/``, which it runs (``--seeds``, resumable).
+What it reads goes to ``benchmarks/results/fedqs_decompose<R>_<partition>.csv``, which stands in
+for the run files on a machine that lacks them.
 """
 
 from __future__ import annotations
@@ -247,13 +249,46 @@ def accuracy_at(path: str, rounds: int) -> float:
     return convergence_metrics(acc[:rounds])["convergence_accuracy"] if len(acc) >= rounds else float("nan")
 
 
-def decompose(args, partition: str, rounds: int, run=True) -> list[str]:
+def decompose_csv(partition: str, rounds: int, csv_dir: str = RESULTS) -> str:
+    """Where the decomposition keeps what it read: run files stay on the machine that ran them."""
+    return os.path.join(csv_dir, f"fedqs_decompose{rounds}_{partition.replace(':', '')}.csv")
+
+
+def _read_kept(path: str) -> dict:
+    import csv
+
+    if not os.path.exists(path):
+        return {}
+    with open(path, newline="") as f:
+        return {(r["clock"], r["drop_last"] == "True", r["method"], int(r["seed"])): float(r["accuracy"])
+                for r in csv.DictReader(f)}
+
+
+def _write_kept(path: str, new: dict) -> None:
+    """Adds ``new`` to the rows in ``path`` (re-read now: another call may have added its own)."""
+    import csv
+
+    rows = {**_read_kept(path), **new}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["clock", "drop_last", "method", "seed", "accuracy"])
+        for key in sorted(rows):
+            out.writerow([*key, repr(rows[key])])
+    os.replace(tmp, path)
+
+
+def decompose(args, partition: str, rounds: int, run=True, csv_dir: str = RESULTS) -> list[str]:
     """The decomposition at ``rounds`` aggregations on ``partition``: runs what neither the
-    grid nor an earlier call has (``run``), and returns its markdown table."""
+    grid, an earlier call nor its CSV has (``run``), and returns its markdown table. Every
+    accuracy read from a run file goes to ``decompose_csv``, which stands in for run files
+    this machine lacks."""
     import statistics
 
     seeds = [int(s) for s in args.seeds.split(",")]
     own = os.path.join(args.out_dir, f"decompose{rounds}")
+    kept_path = decompose_csv(partition, rounds, csv_dir)
+    kept, read = _read_kept(kept_path), {}
 
     def where(clock, drop_last, method, seed, parent):
         tag = setting(argparse.Namespace(clock=clock, drop_last=drop_last)) + partition.replace(":", "")
@@ -261,7 +296,12 @@ def decompose(args, partition: str, rounds: int, run=True) -> list[str]:
 
     def accuracy(clock, drop_last, method, seed):
         found = accuracy_at(where(clock, drop_last, method, seed, args.out_dir), rounds)
-        return found if found == found else accuracy_at(where(clock, drop_last, method, seed, own), rounds)
+        found = found if found == found else accuracy_at(where(clock, drop_last, method, seed, own), rounds)
+        key = (clock, bool(drop_last), method, seed)
+        if found == found:
+            read[key] = found
+            return found
+        return kept.get(key, float("nan"))
 
     if run:
         for clock, drop_last in dict.fromkeys((c, d) for _, c, d, _, _ in DECOMPOSITION):
@@ -283,6 +323,8 @@ def decompose(args, partition: str, rounds: int, run=True) -> list[str]:
                    f"{statistics.fmean(100 * b for b, _ in pairs):.2f} | {statistics.fmean(100 * r for _, r in pairs):.2f} | "
                    + " ".join(f"{g:+.2f}" for g in gains) + (f" ({statistics.fmean(gains):+.2f})" if len(gains) > 1 else "")
                    + " |")
+    if any(kept.get(k) != v for k, v in read.items()):
+        _write_kept(kept_path, read)
     return out
 
 

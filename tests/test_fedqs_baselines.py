@@ -206,9 +206,18 @@ def test_decomposition_reads_each_run_at_the_same_aggregation_count(monkeypatch,
     assert fedqs_regime.accuracy_at(str(grid / "fedavg-seed0.h5"), R) == base[R - 20:R].mean()
     assert np.isnan(fedqs_regime.accuracy_at(str(own / "fedqs-avg_fedqs-variant-authors-seed0.h5"), R))
     args = fedqs_regime.parse(["--out-dir", str(tmp_path), "--seeds", "0,1"])
-    lines = fedqs_regime.decompose(args, "dirichlet:0.1", R, run=False)
+    lines = fedqs_regime.decompose(args, "dirichlet:0.1", R, run=False, csv_dir=str(tmp_path))
     assert len(lines) == 3 and lines[2].startswith("| feedback weights off | fedqs-avg:fedqs-variant=authors:fedqs-no-")
     assert f"| 1 | {100 * base[10:30].mean():.2f} | {100 * base[10:30].mean() + 1:.2f} | +1.00 |" in lines[2]
+    # what it read is kept in its CSV, which stands in for the run files on a machine without them
+    kept = fedqs_regime.decompose_csv("dirichlet:0.1", R, str(tmp_path))
+    assert kept.endswith("fedqs_decompose30_dirichlet0.1.csv")
+    assert fedqs_regime._read_kept(kept) == {("ticks", True, "fedavg", 0): base[10:30].mean(),
+                                             ("ticks", True, "fedqs-avg:fedqs-variant=authors:fedqs-no-feedback", 0):
+                                             (base[:R] + 0.01)[10:30].mean()}
+    for path in (grid / "fedavg-seed0.h5", own / "fedqs-avg_fedqs-variant-authors_fedqs-no-feedback-seed0.h5"):
+        os.remove(path)
+    assert fedqs_regime.decompose(args, "dirichlet:0.1", R, run=False, csv_dir=str(tmp_path)) == lines
     # its rows set the clock, the batches, the methods and the length: given too, they are refused
     for bad in (["--clock", "ticks"], ["--drop-last"], ["--methods", "fedavg"], ["--rounds", "400"]):
         with pytest.raises(SystemExit) as exc:
