@@ -249,6 +249,22 @@ def accuracy_at(path: str, rounds: int) -> float:
     return convergence_metrics(acc[:rounds])["convergence_accuracy"] if len(acc) >= rounds else float("nan")
 
 
+def run_cpu(path: str) -> str:
+    """The torch CPU kernels a run file's ranks used (its provenance; '' when it has none). A
+    run's bits depend on them: the same run with AVX2 kernels instead of AVX-512 ones leaves
+    the AVX-512 trajectory from the first aggregation on."""
+    import json
+
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            starts = json.loads(f.attrs["provenance"])
+    except (OSError, KeyError, ValueError):
+        return ""
+    return "+".join(sorted({str(r.get("torch_cpu_capability", "")) for p in starts for r in p.get("ranks", ())} - {""}))
+
+
 def decompose_csv(partition: str, rounds: int, csv_dir: str = RESULTS) -> str:
     """Where the decomposition keeps what it read: run files stay on the machine that ran them."""
     return os.path.join(csv_dir, f"fedqs_decompose{rounds}_{partition.replace(':', '')}.csv")
@@ -260,7 +276,7 @@ def _read_kept(path: str) -> dict:
     if not os.path.exists(path):
         return {}
     with open(path, newline="") as f:
-        return {(r["clock"], r["drop_last"] == "True", r["method"], int(r["seed"])): float(r["accuracy"])
+        return {(r["clock"], r["drop_last"] == "True", r["method"], int(r["seed"])): (float(r["accuracy"]), r["cpu"])
                 for r in csv.DictReader(f)}
 
 
@@ -272,9 +288,9 @@ def _write_kept(path: str, new: dict) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["clock", "drop_last", "method", "seed", "accuracy"])
+        out.writerow(["clock", "drop_last", "method", "seed", "accuracy", "cpu"])
         for key in sorted(rows):
-            out.writerow([*key, repr(rows[key])])
+            out.writerow([*key, repr(rows[key][0]), rows[key][1]])
     os.replace(tmp, path)
 
 
@@ -295,34 +311,37 @@ def decompose(args, partition: str, rounds: int, run=True, csv_dir: str = RESULT
         return semiasync.run_path(os.path.join(parent, tag), method, seed)
 
     def accuracy(clock, drop_last, method, seed):
-        found = accuracy_at(where(clock, drop_last, method, seed, args.out_dir), rounds)
-        found = found if found == found else accuracy_at(where(clock, drop_last, method, seed, own), rounds)
-        key = (clock, bool(drop_last), method, seed)
-        if found == found:
-            read[key] = found
-            return found
-        return kept.get(key, float("nan"))
+        """(accuracy at ``rounds``, the run's CPU kernels): its run file's, else the CSV's."""
+        for parent in (args.out_dir, own):
+            path = where(clock, drop_last, method, seed, parent)
+            found = accuracy_at(path, rounds)
+            if found == found:
+                read[(clock, bool(drop_last), method, seed)] = found, run_cpu(path)
+                return read[(clock, bool(drop_last), method, seed)]
+        return kept.get((clock, bool(drop_last), method, seed), (float("nan"), ""))
 
     if run:
         for clock, drop_last in dict.fromkeys((c, d) for _, c, d, _, _ in DECOMPOSITION):
             missing = [m for _, c, d, rule, base in DECOMPOSITION if (c, d) == (clock, drop_last)
-                       for m in (base, rule) if any(accuracy(c, d, m, s) != accuracy(c, d, m, s) for s in seeds)]
+                       for m in (base, rule) if any(accuracy(c, d, m, s)[0] != accuracy(c, d, m, s)[0] for s in seeds)]
             if missing:
                 sub = argparse.Namespace(**{**vars(args), "clock": clock, "drop_last": drop_last, "rounds": rounds,
                                             "methods": ",".join(dict.fromkeys(missing))})
                 semiasync.main(semiasync_argv(sub, partition, out_dir=own))
     out = [f"| {partition}: switched off or changed | method − baseline | seeds | baseline % | method % "
-           f"| gain, points (mean) |", "|---" * 6 + "|"]
+           f"| gain, points (mean) | CPU kernels |", "|---" * 7 + "|"]
     for label, clock, drop_last, rule, base in DECOMPOSITION:
         pairs = [(accuracy(clock, drop_last, base, s), accuracy(clock, drop_last, rule, s)) for s in seeds]
-        pairs = [(b, r) for b, r in pairs if b == b and r == r]
+        pairs = [(b, r) for b, r in pairs if b[0] == b[0] and r[0] == r[0]]
         if not pairs:
             continue
-        gains = [100 * (r - b) for b, r in pairs]
+        gains = [100 * (r - b) for (b, _), (r, _) in pairs]
+        cpus = sorted({cpu for pair in pairs for _, cpu in pair})
         out.append(f"| {label} | {rule} − {base} | {len(pairs)} | "
-                   f"{statistics.fmean(100 * b for b, _ in pairs):.2f} | {statistics.fmean(100 * r for _, r in pairs):.2f} | "
+                   f"{statistics.fmean(100 * b for (b, _), _ in pairs):.2f} | "
+                   f"{statistics.fmean(100 * r for _, (r, _) in pairs):.2f} | "
                    + " ".join(f"{g:+.2f}" for g in gains) + (f" ({statistics.fmean(gains):+.2f})" if len(gains) > 1 else "")
-                   + " |")
+                   + f" | {', '.join(c or 'not recorded' for c in cpus)} |")
     if any(kept.get(k) != v for k, v in read.items()):
         _write_kept(kept_path, read)
     return out

@@ -212,9 +212,13 @@ def test_decomposition_reads_each_run_at_the_same_aggregation_count(monkeypatch,
     # what it read is kept in its CSV, which stands in for the run files on a machine without them
     kept = fedqs_regime.decompose_csv("dirichlet:0.1", R, str(tmp_path))
     assert kept.endswith("fedqs_decompose30_dirichlet0.1.csv")
-    assert fedqs_regime._read_kept(kept) == {("ticks", True, "fedavg", 0): base[10:30].mean(),
+    assert fedqs_regime._read_kept(kept) == {("ticks", True, "fedavg", 0): (base[10:30].mean(), ""),
                                              ("ticks", True, "fedqs-avg:fedqs-variant=authors:fedqs-no-feedback", 0):
-                                             (base[:R] + 0.01)[10:30].mean()}
+                                             ((base[:R] + 0.01)[10:30].mean(), "")}  # no provenance in these files
+    assert lines[2].endswith("| not recorded |")
+    with h5py.File(str(tmp_path / "prov.h5"), "w") as f:  # a run's kernels, from its provenance
+        f.attrs["provenance"] = '[{"ranks": [{"torch_cpu_capability": "AVX2"}, {"torch_cpu_capability": "AVX512"}]}]'
+    assert fedqs_regime.run_cpu(str(tmp_path / "prov.h5")) == "AVX2+AVX512"
     for path in (grid / "fedavg-seed0.h5", own / "fedqs-avg_fedqs-variant-authors_fedqs-no-feedback-seed0.h5"):
         os.remove(path)
     assert fedqs_regime.decompose(args, "dirichlet:0.1", R, run=False, csv_dir=str(tmp_path)) == lines
