@@ -102,9 +102,10 @@ class MaxPool2(nn.MaxPool2d):
 
     torch's CPU max-pool kernel is slow at these sizes: in a profile of a LeNet-5-BN run
     (batch 50, one thread) its forward took 14 s against 8 s for the convolutions' forward
-    (``benchmarks/maxpool.py`` prints the ratios on the machine at hand). Here a 2x2 window's maximum is two rounds of
-    elementwise maxima over the input's four strided quarters: the kernel's values (the
-    maximum is exact; a window with a NaN gives NaN in both). Where autograd records, the
+    (``benchmarks/maxpool.py`` prints the ratios on the machine at hand). Here a 2x2
+    window's maximum is two rounds of elementwise maxima over the input's four strided
+    quarters: the kernel's values (the maximum is exact; a window with a NaN gives NaN in
+    both). Where autograd records, the
     backward sends each window's gradient to its first maximum in row-major order, the
     element torch's kernel picks (``_first_maxima``), through torch's own scatter; a window
     holding a NaN takes the kernel's index. ``tests/test_models.py`` ties both to
