@@ -60,6 +60,12 @@ def _quarters(x: torch.Tensor) -> list[torch.Tensor]:
     return [x[..., i:h:2, j:w:2] for i in (0, 1) for j in (0, 1)]
 
 
+def _window_maxima(x: torch.Tensor) -> torch.Tensor:
+    """Each 2x2 window's maximum: two rounds of elementwise maxima over the quarters."""
+    a, b, c, d = _quarters(x)
+    return torch.maximum(torch.maximum(a, b), torch.maximum(c, d))
+
+
 def _first_maxima(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Each window's first maximum in row-major order, as a flat index into its (H, W) plane:
     the index torch's kernel records (it moves on only to a strictly larger value)."""
@@ -84,8 +90,7 @@ class _MaxPool2Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        a, b, c, d = _quarters(x)
-        y = torch.maximum(torch.maximum(a, b), torch.maximum(c, d))
+        y = _window_maxima(x)
         ctx.save_for_backward(x, y)
         return y
 
@@ -120,8 +125,7 @@ class MaxPool2(nn.MaxPool2d):
             return super().forward(x)
         if torch.is_grad_enabled() and x.requires_grad:
             return _MaxPool2Function.apply(x)
-        a, b, c, d = _quarters(x)
-        return torch.maximum(torch.maximum(a, b), torch.maximum(c, d))
+        return _window_maxima(x)
 
 
 def _lenet5(c: int, s: int, k: int, batch_norm: bool = False) -> nn.Module:
