@@ -39,6 +39,7 @@ for the run files on a machine that lacks them.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -323,7 +324,7 @@ def decompose(args, partition: str, rounds: int, run=True, csv_dir: str = RESULT
     if run:
         for clock, drop_last in dict.fromkeys((c, d) for _, c, d, _, _ in DECOMPOSITION):
             missing = [m for _, c, d, rule, base in DECOMPOSITION if (c, d) == (clock, drop_last)
-                       for m in (base, rule) if any(accuracy(c, d, m, s)[0] != accuracy(c, d, m, s)[0] for s in seeds)]
+                       for m in (base, rule) if any(math.isnan(accuracy(c, d, m, s)[0]) for s in seeds)]
             if missing:
                 sub = argparse.Namespace(**{**vars(args), "clock": clock, "drop_last": drop_last, "rounds": rounds,
                                             "methods": ",".join(dict.fromkeys(missing))})
