@@ -25,8 +25,8 @@ try:
 except ImportError:  # a plain checkout: import the package from the repository root
     sys.path.insert(0, REPO_ROOT)
 
-__all__ = ["REPO_ROOT", "RESULTS", "CpuMeter", "child_env", "launched_by_mpi", "median", "mpiexec", "print_report", "print_table",
-           "read_run", "run_train", "wait_for_quiet"]
+__all__ = ["REPO_ROOT", "RESULTS", "CpuMeter", "alternated_cpu_medians", "child_env", "launched_by_mpi", "median", "mpiexec",
+           "print_report", "print_table", "read_run", "run_train", "wait_for_quiet"]
 
 
 def launched_by_mpi() -> bool:
@@ -93,6 +93,25 @@ def read_run(path: str) -> dict:
 def median(values) -> float:
     values = list(values)
     return statistics.median(values) if values else float("nan")
+
+
+def alternated_cpu_medians(cases: dict, repeats: int) -> dict:
+    """``{case: (fn, fn, ...)}`` -> ``{case: (median CPU seconds of each fn, ...)}``: each fn
+    called once to warm up, then the case's fns in turn ``repeats`` times, so drift in the
+    machine's speed falls on all of them alike; process CPU time, so other load does not
+    count (caches are still shared: say so beside the figures)."""
+    out = {}
+    for case, fns in cases.items():
+        for fn in fns:
+            fn()
+        times = [[] for _ in fns]
+        for _ in range(repeats):
+            for k, fn in enumerate(fns):
+                t0 = time.process_time()
+                fn()
+                times[k].append(time.process_time() - t0)
+        out[case] = tuple(statistics.median(t) for t in times)
+    return out
 
 
 def print_table(header: list[str], rows: list[list], file=None) -> None:

@@ -8,11 +8,11 @@ their ratio:
 
 - the pooling alone without autograd, at LeNet-5's two pooling shapes (batch 50 and 1000),
   and forward + backward at batch 50;
-- scoring 10,000 28x28 images with ``fdahpc.evaluate.score`` (batches of 1000), for
+- scoring 10,000 28x28 images with ``fdahpc.evaluate.score`` (its default batch), for
   ``lenet5bn`` and ``cnn``: every evaluation of the image models;
 - a training step of ``lenet5bn`` (batch 50, forward, backward, SGD).
 
-It also checks that the two give the same values, gradients and scores. Needs fdahpc importable.
+It also checks that the two give the same values, gradients and scores.
 
     python benchmarks/maxpool.py [--repeats 15]
 """
@@ -20,12 +20,11 @@ It also checks that the two give the same values, gradients and scores. Needs fd
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 from torch import nn
 
+from _common import alternated_cpu_medians
 from fdahpc.evaluate import score
 from fdahpc.models import MaxPool2, build_model
 
@@ -40,22 +39,6 @@ def with_torch_pool(model: nn.Module) -> nn.Module:
             if type(sub) is MaxPool2:
                 setattr(m, child, nn.MaxPool2d(2))
     return ref
-
-
-def timed(pairs, repeats):
-    """pairs: {case: (ref_fn, fast_fn)} -> {case: (ref median s, fast median s)}, alternated."""
-    out = {}
-    for case, fns in pairs.items():
-        for fn in fns:
-            fn()  # warm-up
-        times = ([], [])
-        for _ in range(repeats):
-            for k, fn in enumerate(fns):
-                t0 = time.process_time()
-                fn()
-                times[k].append(time.process_time() - t0)
-        out[case] = tuple(statistics.median(t) for t in times)
-    return out
 
 
 def main(argv=None) -> int:
@@ -104,7 +87,7 @@ def main(argv=None) -> int:
     print(f"# python benchmarks/maxpool.py --repeats {args.repeats}   (torch {torch.__version__}, "
           f"{torch.backends.cpu.get_cpu_capability()}, one thread, CPU time, medians)")
     print(f"{'case':45s} {'nn.MaxPool2d ms':>16s} {'MaxPool2 ms':>12s} {'ratio':>7s}")
-    for case, (r, f) in timed(pairs, args.repeats).items():
+    for case, (r, f) in alternated_cpu_medians(pairs, args.repeats).items():
         print(f"{case:45s} {1e3 * r:16.3f} {1e3 * f:12.3f} {r / f:6.2f}x")
     return 0
 

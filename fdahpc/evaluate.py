@@ -23,7 +23,19 @@ from .data.text import TokenWindows, as_tensor
 from .models import flat_outputs
 from .params import FlatParams
 
-__all__ = ["Evaluator", "Score", "score"]
+__all__ = ["Evaluator", "Score", "score", "score_batch"]
+
+#: Samples scored per forward pass on the CPU: small enough that a batch's activations stay
+#: near the core's cache (``benchmarks/scoring.py`` prints the times of other sizes; a
+#: sample's logits do not depend on the batch it is in, so the accuracy is the same).
+CPU_SCORE_BATCH = 128
+#: ... and on an accelerator, where larger batches fill the device.
+DEVICE_SCORE_BATCH = 1000
+
+
+def score_batch(device: torch.device | str) -> int:
+    """The default scoring batch on ``device``."""
+    return CPU_SCORE_BATCH if torch.device(device).type == "cpu" else DEVICE_SCORE_BATCH
 
 
 class Score(NamedTuple):
@@ -43,15 +55,17 @@ class Score(NamedTuple):
 
 
 @torch.no_grad()
-def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000,
+def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int | None = None,
           per_label: int = 0) -> Score | tuple[Score, np.ndarray]:
     """Cross-entropy sum and correct predictions of ``model`` on ``(x, y)``, in eval mode.
 
     With ``per_label=C`` also returns the accuracy on each of the C labels (NaN for a
     label absent from ``y``): FedQS's label test on a client's validation split.
     ``x`` and ``y`` may be character windows (gathered one batch at a time); a sequence
-    model's every predicted character counts as one sample.
+    model's every predicted character counts as one sample. ``batch_size``: samples per
+    forward pass, by default :func:`score_batch` of ``y``'s device.
     """
+    batch_size = batch_size or score_batch(y.device)
     was_training = model.training
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
@@ -75,7 +89,7 @@ def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 
 
 
 class Evaluator:
-    def __init__(self, comm: Communicator, replica: nn.Module, x_test: np.ndarray, y_test: np.ndarray, batch_size: int = 1000) -> None:
+    def __init__(self, comm: Communicator, replica: nn.Module, x_test: np.ndarray, y_test: np.ndarray, batch_size: int | None = None) -> None:
         self.comm = comm
         self.replica = replica
         self.flat = FlatParams(replica)

@@ -135,3 +135,25 @@ def test_models_pool_with_the_fast_max_pool():
     for name in ("lenet5", "lenet5bn", "cnn", "vgg16star"):
         pools = [m for m in build_model(name, 1, 28, 10).modules() if isinstance(m, nn.MaxPool2d)]
         assert pools and all(type(m) is MaxPool2 for m in pools), name
+
+
+def test_score_counts_the_same_at_every_batch_size():
+    """score()'s default batch (small on the CPU, for speed) scores each sample as one
+    batch of the whole set does: the same correct count, the loss sum to float rounding;
+    a set that is not a multiple of the batch loses no sample."""
+    from fdahpc.evaluate import CPU_SCORE_BATCH, score, score_batch
+
+    torch.manual_seed(0)
+    model = build_model("lenet5bn", 1, 28, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.rand(3 * CPU_SCORE_BATCH + 7, 1, 28, 28), torch.randint(0, 10, (3 * CPU_SCORE_BATCH + 7,))
+    for i in range(0, len(y), 50):  # trained a little, so BatchNorm's statistics are not the identity
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[i : i + 50]), y[i : i + 50]).backward()
+        opt.step()
+    assert score_batch("cpu") == CPU_SCORE_BATCH and score_batch("cuda") > CPU_SCORE_BATCH
+    whole, default = score(model, x, y, batch_size=len(y)), score(model, x, y)
+    assert default.count == whole.count == len(y)
+    assert default.correct == whole.correct and 0 < whole.correct < len(y)
+    assert default.loss_sum == pytest.approx(whole.loss_sum, rel=1e-6)
+    assert model.training  # score() leaves the mode as it found it
