@@ -3,6 +3,7 @@ no communication, and the memory it takes.
 
     python benchmarks/semiasync_cost.py                       # 100 clients, small CNN, 4 ranks
     python benchmarks/semiasync_cost.py --model lenet5 --dataset mnist5k
+    python benchmarks/semiasync_cost.py --clock ticks --eval-every 1 --model lenet5bn --ranks 2   # scoring included
 
 1. Runs ``--mode semiasync`` (fedqs-avg by default: the rule with the most per-client
    state) with N clients on R ranks and reads, from its run file, the wall time of the
@@ -36,6 +37,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="cnn")
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--partition", default="dirichlet:0.5")
+    p.add_argument("--clock", default="events", help="--clock of the semi-asynchronous run (events or ticks)")
     p.add_argument("--eval-every", type=int, default=1000, help="score rarely: this measures the coordinator, not the test set")
     p.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "runs", "semiasync_cost"))
     p.add_argument("--timeout", type=float, default=3600)
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out_dir, exist_ok=True)
     flags = ["--mode", "semiasync", "--strategy", args.strategy, "--clients", str(args.clients), "--buffer",
              str(args.buffer), "--rounds", str(args.rounds), "--tau", str(args.tau), "--model", args.model,
-             "--dataset", args.dataset, "--partition", args.partition, "--eval-every", str(args.eval_every)]
+             "--dataset", args.dataset, "--partition", args.partition, "--eval-every", str(args.eval_every), "--clock", args.clock]
     ratios, walls, baselines = [], [], []
     for _ in range(args.repeats):  # alternating, so a change of machine load hits both sides
         run = run_train(args.ranks, flags, os.path.join(args.out_dir, "semiasync.h5"), args.timeout)
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
     ratio, baseline = median(ratios), median(baselines)
     rss = [int(x) for x in run["peak_rss_per_rank"]]
     print_report(
-        f"Coordinator cost: {args.strategy}, {args.clients} clients of {args.model} on {args.ranks} ranks, "
+        f"Coordinator cost: {args.strategy} on the {args.clock} clock, {args.clients} clients of {args.model} on {args.ranks} ranks, "
         f"{args.rounds} rounds of K = {args.buffer}, {args.tau}-step jobs",
         ["run", "wall s", "jobs", "local steps", "peak RSS per rank (MB)", "peak RSS total (GB)"],
         [["semi-async", f"{median(walls):.1f}", str(sum(jobs)), str(int(sum(run["local_steps_per_rank"]))),

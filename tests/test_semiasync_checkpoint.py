@@ -5,8 +5,9 @@ A resumed run must continue bit for bit like an uninterrupted one, and taking
 checkpoints must not change a run's models. One documented difference: with
 ``--checkpoint-dir`` the last round also sends the new model to the clients it
 aggregated (so the run can be continued with more ``--rounds``), and counts those bytes.
-On the tick clock (``--clock ticks``) the next model goes out at the next tick, so even
-the bytes are the same; its rules run on 2 ranks (FedAvg) and 3 (FedQS-Avg).
+On the tick clock (``--clock ticks``) the last round sends nothing ahead (the next tick's
+models go out after every other round, and a checkpoint mid-run names who got them), so
+even the bytes are the same; its rules run on 2 ranks (FedAvg) and 3 (FedQS-Avg).
 """
 
 import os

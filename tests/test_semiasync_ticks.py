@@ -59,6 +59,23 @@ def test_paper_setting_figures_near_the_issue():
     assert 0.10 < s["repeats"] < 0.20 and 0.12 < s["never_aggregated"] < 0.22
 
 
+@pytest.mark.parametrize("clients, ratio, K", [(5, 2, 3), (100, 50, 10)])
+def test_next_starts_are_the_next_ticks_starts(clients, ratio, K):
+    """The server sends the next tick's starters their model before it scores the new
+    version (server._send_ahead): next_starts() must name exactly the clients the tick
+    then starts, at every tick, an aggregation's included."""
+    speeds = np.array([1, 1, 2, 2, 2]) if clients == 5 else None
+    clock = TickClock(clients, ratio, 0, K, speeds=speeds)
+    aggregations, starting = 0, 0
+    while clock.version < 50:
+        ahead = clock.next_starts()
+        starts, reads = clock.step()
+        assert starts == ahead, clock.tick
+        aggregations += reads is not None
+        starting += bool(starts)
+    assert aggregations == 50 and starting > 50
+
+
 @pytest.mark.parametrize("n, steps", [(49, 0), (50, 2), (99, 2), (100, 4), (173, 6), (1000, 40)])
 def test_drop_last_steps_are_two_floor_n_over_50(n, steps):
     assert steps_per_job(n, 50, 2.0, drop_last=True) == steps

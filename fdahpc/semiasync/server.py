@@ -30,12 +30,15 @@ With ``--clock ticks`` (:mod:`.ticks`, the FedQS authors' simulator) the clock s
 by tick instead: each client starting a job gets the current model once its previous
 result is in; an aggregation first receives every started job's result, keeps each
 client's latest (the stash is never popped: a carried entry or a repeat reads it again),
-refreshes the angles from them and reads the K entries the clock names. At a checkpoint
-every started job's result is therefore in and no host holds a job: the clock's schedule
-(:meth:`.ticks.TickClock.state_dict`) and the stash (each client's latest result and flag,
-which carried entries and repeats read later) are the tick path's whole state, and the
-next model goes out at the next tick, so the last round's bytes are the same with or
-without ``--checkpoint-dir``.
+refreshes the angles from them and reads the K entries the clock names. The new version
+goes to the next tick's starters before the server scores it (``_send_ahead``: the hosts
+train while it evaluates, as on the event clock); the tick then runs in the next round,
+which counts those bytes. At a checkpoint every started job's result is in and no host
+holds a job: the clock's schedule (:meth:`.ticks.TickClock.state_dict`), the stash (each
+client's latest result and flag, which carried entries and repeats read later) and who was
+sent ahead are the tick path's whole state. The last round sends nothing ahead, so its
+bytes are the same with or without ``--checkpoint-dir``; a run stopped by its target or a
+signal counts what it sent ahead in ``comm_bytes``.
 
 Run file rows per round (beside :mod:`fdahpc.metrics`' list): ``round/update_staleness``,
 ``round/n_samples``, ``round/feedback`` and ``round/G`` give, per aggregated update in the
@@ -129,7 +132,11 @@ class Server:
         # and knows which clients have a job whose result has not arrived yet.
         self.ticks = isinstance(self.clock, TickClock)
         self.outstanding = np.zeros(n, dtype=bool)
-        self._received = 0  # bytes of results received (tick clock: counted per round)
+        self._received = 0  # bytes of results received and not yet counted in a round (tick clock)
+        # Tick clock: the next tick's starters, sent their model before the server scored the
+        # version (_send_ahead), and those bytes; the next round counts them (saved in checkpoints).
+        self.ahead: list[int] = []
+        self._ahead_bytes = 0
         # What the loop accumulates (saved in checkpoints): accuracy per round, bytes of the
         # rounds, the result so far, the virtual time, wall seconds of earlier segments.
         self.accuracy: list[float] = []
@@ -247,6 +254,9 @@ class Server:
                       "payloads": [None if self.host_sums else self.stash_models[c] for c in clients]},
             "progress": {"accuracy": list(self.accuracy), "sent": self.sent, "now": self.now,
                          "wall_seconds": self.elapsed(), "result": dict(self.result)},
+            # tick clock: the next tick's starters whose model went out (their results are in
+            # the stash now), and the bytes the next round counts for them
+            "ahead": {"clients": list(self.ahead), "bytes": self._pending_bytes()},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -266,7 +276,13 @@ class Server:
         progress = state["progress"]
         self.accuracy, self.sent, self.now = list(progress["accuracy"]), int(progress["sent"]), int(progress["now"])
         self.wall_before, self.result = float(progress["wall_seconds"]), dict(progress["result"])
+        ahead = state.get("ahead", {"clients": [], "bytes": 0})
+        self.ahead, self._ahead_bytes, self._received = [int(c) for c in ahead["clients"]], int(ahead["bytes"]), 0
         self.fresh = False
+
+    def _pending_bytes(self) -> int:
+        """Tick clock: bytes sent and received that no round counted yet (the jobs sent ahead)."""
+        return self._ahead_bytes + self._received if self.ticks else 0
 
     def elapsed(self) -> float:
         """Wall seconds of the run, earlier segments of a resumed run included."""
@@ -309,9 +325,14 @@ class Server:
         """Tick clock: run ticks, sending each started job its model, until one ends in an
         aggregation; returns (the tick, the buffer as read, its headers, the clock's reads,
         the bytes sent and received meanwhile)."""
-        sent, self._received = 0, 0
+        sent, ahead, self.ahead, self._ahead_bytes = self._ahead_bytes, self.ahead, [], 0
         while True:
             starts, reads = self.clock.step()
+            if ahead:  # this tick's starters got their model in the last round (_send_ahead)
+                if starts != ahead:
+                    raise RuntimeError(f"tick {self.clock.tick}: clients {starts[:5]} start where {ahead[:5]} were sent "
+                                       "their model ahead of it")
+                starts, ahead = [], []
             if starts:
                 for c in starts:
                     self._settle(c)
@@ -343,7 +364,21 @@ class Server:
                                  similarity=float(h[Up.SIMILARITY]), feedback=bool(h[Up.FEEDBACK]), G=float(h[Up.G]),
                                  absmax=float(h[Up.ABSMAX])))
             headers.append(h)
-        return self.clock.tick, buffer, headers, reads, sent + self._received
+        received, self._received = self._received, 0
+        return self.clock.tick, buffer, headers, reads, sent + received
+
+    def _send_ahead(self) -> None:
+        """Tick clock: the new version to the clients that start at the next tick (every
+        client whose counter is 0, :meth:`.TickClock.next_starts`) now, before the server
+        scores it, so that the hosts train while the server evaluates, as on the event clock.
+        The models and headers are the ones the tick itself would send (the same state: no
+        result is read in between), so the run is the same; the bytes count in the next
+        round, the tick's own."""
+        self.ahead = self.clock.next_starts()
+        if self.ahead:
+            done = {c: self.clock.tick + int(self.clock.r[c]) for c in self.ahead}
+            self._ahead_bytes = self._send_model(self.ahead, done, self.clock.tick + 1)
+            self.outstanding[self.ahead] = True
 
     def _authors_G(self, buffer: list[Update]) -> None:
         """The authors' G, taken at aggregation (in place): the client's latest angle over
@@ -453,8 +488,10 @@ class Server:
             last = self.version == self.rounds
             self._dropout()
             ids = [u.client for u in buffer]
-            if self.ticks:  # the round's sends and every result received (ticks start the next jobs)
+            if self.ticks:  # the round's sends and every result received; the next tick's starts go out now
                 round_bytes = tick_bytes
+                if not last:
+                    self._send_ahead()
             else:
                 again = self.clock.starters(ids, self.version)
                 next_done = {c: self.clock.start(c, now) for c in again}
@@ -510,7 +547,7 @@ class Server:
                 break
         self._stop()
         result.update(convergence_metrics(np.array(self.accuracy)), rounds_done=self.version, virtual_time=self.now,
-                      comm_bytes=self.sent, wall_seconds=self.elapsed(), stopped_at=self.version if stopped_by else -1,
+                      comm_bytes=self.sent + self._pending_bytes(), wall_seconds=self.elapsed(), stopped_at=self.version if stopped_by else -1,
                       jobs_per_rank=self.host_totals[:, 0], local_steps_per_rank=self.host_totals[:, 1],
                       peak_rss_per_rank=self.host_totals[:, 2], peak_rss_total=int(self.host_totals[:, 2].sum()),
                       models_held_peak_per_rank=self.host_totals[:, 3])

@@ -103,6 +103,11 @@ class TickClock:
         self.tick = 0  # ticks completed
         self.version = 0
 
+    def next_starts(self) -> list[int]:
+        """The clients that start a job at the next tick (counter 0), in index order: the
+        starts :meth:`step` will return."""
+        return np.flatnonzero(self.counter == 0).tolist()
+
     def step(self) -> tuple[list[int], list[Read] | None]:
         """One tick: ``(clients that start a job on version self.version, in index order;
         the K entries aggregated at its end, or None)``."""
