@@ -89,7 +89,8 @@ def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int | 
 
 
 class Evaluator:
-    def __init__(self, comm: Communicator, replica: nn.Module, x_test: np.ndarray, y_test: np.ndarray, batch_size: int | None = None) -> None:
+    def __init__(self, comm: Communicator, replica: nn.Module, x_test: np.ndarray, y_test: np.ndarray,
+                 batch_size: int | None = None) -> None:
         self.comm = comm
         self.replica = replica
         self.flat = FlatParams(replica)

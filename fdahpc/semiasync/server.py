@@ -330,8 +330,8 @@ class Server:
             starts, reads = self.clock.step()
             if ahead:  # this tick's starters got their model in the last round (_send_ahead)
                 if starts != ahead:
-                    raise RuntimeError(f"tick {self.clock.tick}: clients {starts[:5]} start where {ahead[:5]} were sent "
-                                       "their model ahead of it")
+                    raise RuntimeError(f"tick {self.clock.tick}: clients {starts[:5]} start where {ahead[:5]} "
+                                       "were sent their model ahead of it")
                 starts, ahead = [], []
             if starts:
                 for c in starts:
@@ -547,7 +547,8 @@ class Server:
                 break
         self._stop()
         result.update(convergence_metrics(np.array(self.accuracy)), rounds_done=self.version, virtual_time=self.now,
-                      comm_bytes=self.sent + self._pending_bytes(), wall_seconds=self.elapsed(), stopped_at=self.version if stopped_by else -1,
+                      comm_bytes=self.sent + self._pending_bytes(), wall_seconds=self.elapsed(),
+                      stopped_at=self.version if stopped_by else -1,
                       jobs_per_rank=self.host_totals[:, 0], local_steps_per_rank=self.host_totals[:, 1],
                       peak_rss_per_rank=self.host_totals[:, 2], peak_rss_total=int(self.host_totals[:, 2].sum()),
                       models_held_peak_per_rank=self.host_totals[:, 3])
