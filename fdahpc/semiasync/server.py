@@ -336,10 +336,7 @@ class Server:
             if starts:
                 for c in starts:
                     self._settle(c)
-                # the tick its entry will be queued at: the order a host computes its jobs in
-                done = {c: self.clock.tick - 1 + int(self.clock.r[c]) for c in starts}
-                sent += self._send_model(starts, done, self.clock.tick)
-                self.outstanding[starts] = True
+                sent += self._start_jobs(starts, self.clock.tick)
             if reads is not None:
                 break
         # Every started job's result is in: the angles and flags are the ones of each
@@ -376,9 +373,16 @@ class Server:
         round, the tick's own."""
         self.ahead = self.clock.next_starts()
         if self.ahead:
-            done = {c: self.clock.tick + int(self.clock.r[c]) for c in self.ahead}
-            self._ahead_bytes = self._send_model(self.ahead, done, self.clock.tick + 1)
-            self.outstanding[self.ahead] = True
+            self._ahead_bytes = self._start_jobs(self.ahead, self.clock.tick + 1)
+
+    def _start_jobs(self, clients: list[int], tick: int) -> int:
+        """Tick clock: the current version to ``clients`` for their jobs of tick ``tick``
+        (1-based); returns the bytes sent."""
+        # the tick each job's entry will be queued at: the order a host computes its jobs in
+        done = {c: tick - 1 + int(self.clock.r[c]) for c in clients}
+        sent = self._send_model(clients, done, tick)
+        self.outstanding[clients] = True
+        return sent
 
     def _authors_G(self, buffer: list[Update]) -> None:
         """The authors' G, taken at aggregation (in place): the client's latest angle over
