@@ -46,10 +46,10 @@ def main(argv=None) -> int:
     os.makedirs(args.workdir, exist_ok=True)
     rows = []
     for label, flags in SETTINGS.items():
+        tag = label.split(",")[0].replace(" ", "").lower()
         for cal in CALIBRATIONS:
             got = []
             for seed in seeds:
-                tag = label.split(",")[0].replace(" ", "").lower()
                 out = os.path.join(args.workdir, f"{tag}-{cal}-seed{seed}.h5")
                 run = read_run(out) if os.path.exists(out) else {}
                 if run.get("status") != "finished":
