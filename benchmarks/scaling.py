@@ -16,7 +16,8 @@ Three parts, kept apart in the output:
      models, so their time is local training plus (FDA) the per-step monitoring AllReduce
      of 8 B / 5 004 B. Per-step time = mean time between consecutive steps after
      ``--warmup-steps`` steps, leaving out the steps an evaluation ran before, on the
-     slowest rank; bytes per step = the run file's ``comm_bytes / steps`` (the FDA paper's
+     slowest rank; bytes per step = the run file's last ``eval/comm_bytes / steps``, before
+     the run's closing sync (``final_sync``) (the FDA paper's
      count: K ranks, models up and down, monitoring state up). The run file's
      ``(wall_seconds - eval_seconds) / steps`` is printed beside it as a check.
 

@@ -137,7 +137,9 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
             rows.append(dict(strategy=strategy, step_seconds=slowest, timed_steps=len(kept),
                              runfile_step_seconds=(run["wall_seconds"] - run["eval_seconds"]) / run["steps"],
                              steps=int(run["steps"]), syncs=int(run["syncs"]), comm_bytes=int(run["comm_bytes"]),
-                             bytes_per_step=run["comm_bytes"] / run["steps"], params=int(run["params"]),
+                             # the last evaluation's count, before the run's closing sync (final_sync):
+                             # the steady state per step that the projection multiplies
+                             bytes_per_step=float(run["eval/comm_bytes"][-1]) / run["steps"], params=int(run["params"]),
                              steps_per_epoch=int(run["steps_per_epoch"]), state_bytes=int(run["state_bytes"]),
                              eval_seconds=float(run["eval_seconds"]), others_cpu=foreign, build_seconds=t_build,
                              train_seconds=t_train,

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
             return 0
         strategy.after_step()
         if step % args.eval_every == 0 or step == job.total_steps:
-            acc, _ = job.evaluator.evaluate(job.flat.w, job.model)
+            acc, _ = job.evaluator.evaluate(job.model, strategy.held_model)
             job.model.train()
             for t in targets:
                 if acc >= t and t not in hits:

@@ -22,7 +22,7 @@ import dataclasses
 import torch
 
 from fdahpc.data import partition
-from fdahpc.evaluate import Evaluator
+from fdahpc.evaluate import Evaluator, plain_mean
 from fdahpc.options import options_from
 from fdahpc.params import FlatParams
 from fdahpc.run import Job, Mode, Outcome, Plan, load_data, new_model
@@ -127,7 +127,7 @@ class GossipJob(Job):
                 self.gossip()
                 gossips += 1
                 run.append("gossip/step", self.step)
-        accuracy, loss = self.evaluator.evaluate(self.flat.w, self.model)
+        accuracy, loss = self.evaluator.evaluate(self.model, plain_mean(self.comm, self.flat.w))
         for name, value in (("eval/step", self.step), ("eval/accuracy", accuracy), ("eval/loss", loss),
                             ("eval/comm_bytes", self.comm.bytes_sent["model"])):
             run.append(name, value)

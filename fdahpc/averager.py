@@ -20,14 +20,23 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import torch
 from torch import nn
 
 from .comm import make_communicator
 from .params import FlatParams
 from .renamed import take_old
+from .options import LRScheduleOptions, option_names
 from .strategies import PRESETS, build_strategy, option_names_of, strategy_options
 
 __all__ = ["ModelAverager"]
+
+
+def _family(optimizer) -> str | None:
+    """``sgd`` for torch's SGD, ``adam`` for the Adam family, else None (QSR's constants)."""
+    if isinstance(optimizer, torch.optim.SGD):
+        return "sgd"
+    return "adam" if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) else None
 
 
 class ModelAverager:
@@ -37,10 +46,18 @@ class ModelAverager:
     strategies (give ``tau`` instead, in steps, or both are refused); ``num_samples`` is
     this rank's sample count, used by FedAdp's weights. Build it before the first
     optimizer step.
+
+    ``optimizer``: your local optimizer, when the averager is to set or read its learning
+    rate. With ``lr_schedule`` (``"cosine"``, ``"linear"``, ``"constant"``; ``lr_warmup_steps``,
+    ``lr_floor`` as on the command line) and ``total_steps``, the averager sets each
+    parameter group to its current rate (taken as the peak) times the schedule's factor,
+    before the first step and after each :meth:`step`; leave ``lr_schedule`` out to keep
+    your own torch scheduler, whose rate ``trigger="qsr"`` then reads when a round starts.
     """
 
     def __init__(self, model: nn.Module, comm=None, strategy: str = "sketchfda", *, steps_per_epoch: int | None = None,
-                 num_samples: int = 1, seed: int = 0, **options: Any) -> None:
+                 num_samples: int = 1, seed: int = 0, optimizer: torch.optim.Optimizer | None = None,
+                 total_steps: int | None = None, **options: Any) -> None:
         if strategy not in PRESETS:
             raise ValueError(f"strategy {strategy!r}: unknown; choose one of {', '.join(PRESETS)}")
         for line in take_old(options, "ModelAverager", "keyword"):  # sync= is trigger='s old name
@@ -51,9 +68,26 @@ class ModelAverager:
         if unknown:
             raise ValueError(f"option {unknown[0]!r}: unknown for {strategy}; it takes {', '.join(sorted(known | {'trigger'}))}")
         parts = strategy_options(strategy, trigger, options)  # checked before anything is built
+        self.optimizer = optimizer
+        self.schedule, self.peaks = None, ()
+        lr_at = None
+        if any(name in options for name in option_names(LRScheduleOptions)):
+            if optimizer is None or total_steps is None:
+                raise ValueError("lr_schedule: the averager sets the learning rate of your optimizer over the run; pass "
+                                 "optimizer= and total_steps= (or keep your own torch scheduler and drop lr_schedule)")
+            self.schedule = parts.lr.schedule(total_steps)
+            self.peaks = tuple(group["lr"] for group in optimizer.param_groups)
+            self.schedule.apply(optimizer, self.peaks, 0)
+            lr_at = lambda step: self.peaks[0] * self.schedule.factor(step - 1)  # noqa: E731
+        elif optimizer is not None:  # your own scheduler sets it: read when a round starts
+            lr_at = lambda step: optimizer.param_groups[0]["lr"]  # noqa: E731
+        if parts.trigger.reads_lr and lr_at is None:
+            raise ValueError(f"trigger {parts.trigger.name!r}: reads the learning rate; pass optimizer= (and lr_schedule= "
+                             "with total_steps=, or keep your own torch scheduler)")
         self.comm = comm if comm is not None else make_communicator()
         self.flat = FlatParams(model)
-        self.strategy = build_strategy(parts, self.comm, self.flat.w, steps_per_epoch, num_samples, seed)
+        self.strategy = build_strategy(parts, self.comm, self.flat.w, steps_per_epoch, num_samples, seed, lr_at=lr_at,
+                                       lr_warmup_steps=parts.lr.lr_warmup_steps, optimizer=_family(optimizer))
         self.comm.bcast_(self.flat.w, "control")  # one initial model everywhere
         self.strategy.reset()
 
@@ -62,12 +96,26 @@ class ModelAverager:
         skipped one, see :attr:`participating`). ``loss``: the step's training loss (a
         number or a 1-element tensor), which the trigger sees; needed by a trigger that
         reads it (``needs_loss``), ignored by the others. True when the models were combined."""
-        return self.strategy.after_step(loss)
+        synced = self.strategy.after_step(loss)
+        if self.schedule is not None:  # the rate of the next step
+            self.schedule.apply(self.optimizer, self.peaks, self.strategy.steps)
+        return synced
 
-    def finish(self) -> None:
+    def finish(self, settle: bool = True) -> bool:
         """Collective; call once after the last :meth:`step`: completes what is still in
-        flight (with ``fda_lag=1``, the last state's AllReduce)."""
+        flight (with ``fda_lag=1``, the last state's AllReduce) and, with ``settle``, leaves
+        on every rank the model the strategy hands back (:meth:`held_model`) by synchronizing
+        once more when a step came after the last synchronization. True when it did."""
         self.strategy.finish()
+        return settle and self.strategy.settle()
+
+    def held_model(self) -> torch.Tensor:
+        """Collective: the model the strategy would hand back if training stopped now (its
+        rule applied to a synchronization forced at this step: the mean, a server or outer
+        step, FedAdp's weights) as a new flat vector of the trainable parameters, without
+        changing the training; load it into a replica with
+        ``torch.nn.utils.vector_to_parameters``. Its traffic counts as ``eval``."""
+        return self.strategy.held_model(torch.empty_like(self.flat.w))
 
     @property
     def participating(self) -> bool:
@@ -95,4 +143,7 @@ class ModelAverager:
         return self.strategy.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (with ``lr_schedule``, the optimizer's rate follows the step count)."""
         self.strategy.load_state_dict(state)
+        if self.schedule is not None:
+            self.schedule.apply(self.optimizer, self.peaks, self.strategy.steps)

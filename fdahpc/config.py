@@ -56,8 +56,8 @@ class TrainConfig:
     weight_decay: float = _f(0.0, "local weight decay")
     epochs: float | None = _f(None, "sync: training length in epochs of the mean partition (fractions allowed; semiasync: --rounds)", resumable=True)
     max_steps: int | None = _f(None, "sync: stop after this many local steps (overrides --epochs when smaller)", resumable=True)
-    target_accuracy: float | None = _f(None, "stop as soon as the global (averaged) model reaches this test accuracy", resumable=True)
-    target_loss: float | None = _f(None, "stop as soon as the global (averaged) model's test loss (mean cross-entropy) is <= this", resumable=True)
+    target_accuracy: float | None = _f(None, "stop as soon as the held model (what the method hands back at that step) reaches this test accuracy", resumable=True)
+    target_loss: float | None = _f(None, "stop as soon as the held model's test loss (mean cross-entropy) is <= this", resumable=True)
     eval_samples: int | None = _f(None, "score the model on this many test samples, evenly spaced through the test set and the "
                                   "same at every evaluation (e.g. for the Shakespeare LSTM's costly test); all when omitted")
     train_samples: int | None = _f(None, "train on this many training samples, evenly spaced through the training set (every "
@@ -69,6 +69,9 @@ class TrainConfig:
                          "sync epochs are ⌊n/B⌋ steps of the mean partition")
     clip_grad_norm: float | None = _f(None, "clip each local step's gradient to this total L2 norm (every method; the "
                                       "FedQS authors use 20); off when omitted")
+    lr_schedule: str | None = _f(None, HELP["lr_schedule"])
+    lr_warmup_steps: int | None = _f(None, HELP["lr_warmup_steps"])
+    lr_floor: float | None = _f(None, HELP["lr_floor"])
     # FDA and schedules.
     theta: float | str | None = _f(None, HELP["theta"], parse="theta")
     theta_auto_epochs: float | None = _f(None, HELP["theta_auto_epochs"])
@@ -80,6 +83,8 @@ class TrainConfig:
     tau: int | None = _f(None, HELP["tau"])
     local_epochs: float | None = _f(None, HELP["local_epochs"])
     warmup_steps: int | None = _f(None, HELP["warmup_steps"])
+    qsr_h_base: int | None = _f(None, HELP["qsr_h_base"])
+    qsr_alpha: float | None = _f(None, HELP["qsr_alpha"])
     sketch_rows: int | None = _f(None, HELP["sketch_rows"])
     sketch_cols: int | None = _f(None, HELP["sketch_cols"])
     sketch_eps: float | None = _f(None, HELP["sketch_eps"])
@@ -211,10 +216,11 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "run": ("mode", "strategy", "trigger", "model", "dataset", "data_dir", "partition"),
     "text": ("context", "gpt_layers", "gpt_heads", "gpt_width"),
     "training": ("batch_size", "optimizer", "lr", "weight_decay", "epochs", "max_steps", "target_accuracy", "target_loss",
-                 "eval_samples", "train_samples", "eval_every", "seed", "drop_last", "clip_grad_norm"),
+                 "eval_samples", "train_samples", "eval_every", "seed", "drop_last", "clip_grad_norm", "lr_schedule",
+                 "lr_warmup_steps", "lr_floor"),
     "fda": ("theta", "theta_auto_epochs", "theta_round_epochs", "theta_fabric", "theta_calibrate", "fda_lag", "fda_every", "log_variance", "fda_log_every"),
     "sketch": ("sketch_rows", "sketch_cols", "sketch_eps"),
-    "schedule": ("tau", "local_epochs", "warmup_steps"),
+    "schedule": ("tau", "local_epochs", "warmup_steps", "qsr_h_base", "qsr_alpha"),
     "server": ("server_lr", "server_momentum", "server_betas", "server_tau", "server_bias_correction", "weighting"),
     "sampling": ("clients_per_round",),
     "fedadp": ("fedadp_alpha", "fedadp_angles"),
@@ -291,6 +297,7 @@ DEFAULTS_FROM: dict[str, str | dict[str, str]] = {
     **{name: f"fdahpc.options:FDAOptions.{name}" for name in ("theta", "fda_lag", "fda_every", "fda_log_every")},
     "local_epochs": "fdahpc.options:PeriodicOptions.local_epochs",
     "warmup_steps": "fdahpc.options:WarmupOptions.warmup_steps",
+    **{name: f"fdahpc.options:LRScheduleOptions.{name}" for name in ("lr_schedule", "lr_warmup_steps", "lr_floor")},
     "server_momentum": "fdahpc.options:FedAvgMOptions.server_momentum",
     "server_betas": "fdahpc.options:FedAdamOptions.server_betas",
     "server_tau": "fdahpc.options:FedAdamOptions.server_tau",

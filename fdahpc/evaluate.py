@@ -1,18 +1,21 @@
 """Scoring a model: :func:`score` (pure, one process) and the collective :class:`Evaluator`.
 
 The semi-asynchronous server scores its global model alone with :func:`score`. The
-synchronous mode measures the test accuracy of the averaged model without touching the
-workers' local models:
+synchronous mode scores the model a user would hold if training stopped at that step,
+without touching the workers' local models:
 
-The workers' parameters (and float buffers such as BatchNorm statistics) are copied into
-a separate evaluation replica and averaged there (counted as ``eval`` traffic, never as
-training traffic). Each rank then scores its own slice of the test set and one tiny
-AllReduce adds up the counts, so evaluation costs 1/K of the test set per rank.
+The model is built in a separate evaluation replica by a collective ``held(out)``: the
+strategy's :meth:`~fdahpc.strategies.Synchronizer.held_model` (its rule applied to a
+synchronization forced at that step: the mean, a server or outer step, FedAdp's weights),
+or :func:`plain_mean` for a loop without a rule. The workers' float buffers (BatchNorm
+statistics, which no rule combines) are averaged into it. All of it counts as ``eval``
+traffic, never as training traffic. Each rank then scores its own slice of the test set
+and one tiny AllReduce adds up the counts, so evaluation costs 1/K of the test set per rank.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -23,7 +26,7 @@ from .data.text import TokenWindows, as_tensor
 from .models import flat_outputs
 from .params import FlatParams
 
-__all__ = ["Evaluator", "Score", "score", "score_batch"]
+__all__ = ["Evaluator", "Score", "plain_mean", "score", "score_batch"]
 
 #: Samples scored per forward pass on the CPU: small enough that a batch's activations stay
 #: near the core's cache (``benchmarks/scoring.py`` prints the times of other sizes; a
@@ -100,19 +103,25 @@ class Evaluator:
         self.y = as_tensor(y_test[comm.rank :: comm.world_size]).to(device)
         self.batch_size = batch_size
 
-    def averaged_model(self, w: torch.Tensor, model: nn.Module) -> nn.Module:
-        """Load the average over ranks of (``w``, ``model``'s float buffers) into the replica."""
-        self.flat.w.copy_(w)
-        self.comm.allreduce_mean_(self.flat.w, "eval")
+    def held_model(self, model: nn.Module, held: Callable[[torch.Tensor], torch.Tensor]) -> nn.Module:
+        """Load the model to score into the replica: ``held(out)`` writes its parameters into
+        ``out`` (collective), and the ranks' float buffers of ``model`` are averaged beside them."""
+        held(self.flat.w)
         for mine, theirs in zip(self.replica.buffers(), model.buffers()):
             mine.copy_(theirs)
             if mine.is_floating_point():
                 self.comm.allreduce_mean_(mine, "eval")
         return self.replica
 
-    def evaluate(self, w: torch.Tensor, model: nn.Module) -> tuple[float, float]:
-        """(accuracy, mean cross-entropy) of the averaged model on the whole test set."""
-        mine = score(self.averaged_model(w, model), self.x, self.y, self.batch_size)
+    def evaluate(self, model: nn.Module, held: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float]:
+        """(accuracy, mean cross-entropy) of the held model (:meth:`held_model`) on the whole test set."""
+        mine = score(self.held_model(model, held), self.x, self.y, self.batch_size)
         totals = np.array([mine.loss_sum, mine.correct, mine.count], dtype=np.float64)
         self.comm.allreduce_sum_(totals, "eval")
         return totals[1] / totals[2], totals[0] / totals[2]
+
+
+def plain_mean(comm: Communicator, w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``held`` for :meth:`Evaluator.evaluate` in a loop without an aggregation rule: the
+    ranks' mean of ``w``, counted as ``eval``."""
+    return lambda out: comm.allreduce_mean_(out.copy_(w), "eval")

@@ -19,10 +19,12 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from .lr_schedule import SCHEDULES, LRSchedule
 from .theta import fabric_value
 
 __all__ = ["NoOptions", "ThresholdOptions", "FDAOptions", "SketchFDAOptions", "PeriodicOptions", "MeanOptions",
-           "FedAvgMOptions", "DiLoCoOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "WarmupOptions", "SketchShape", "options_from",
+           "FedAvgMOptions", "DiLoCoOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "WarmupOptions",
+           "LRScheduleOptions", "QSROptions", "SketchShape", "options_from",
            "theta_value", "THETA_AUTO", "betas_value", "option_names", "TextModelOptions", "HELP"]
 
 
@@ -307,11 +309,65 @@ class WarmupOptions:
     trigger's drift starts at the warm-up's last average)."""
 
     warmup_steps: int = _o(0, "sync, every strategy: the first N steps all average the models (post-local SGD's "
-                              "warm-up); then the trigger decides, its rounds counted from step N")
+                              "warm-up; not --lr-warmup-steps); then the trigger decides, its rounds counted from step N")
 
     def __post_init__(self) -> None:
         _require(isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool) and self.warmup_steps >= 0,
                  f"--warmup-steps {self.warmup_steps}: must be an integer >= 0 (0: no warm-up), e.g. 100")
+
+
+@dataclass(frozen=True)
+class LRScheduleOptions:
+    """The local learning rate's course over the run (:class:`fdahpc.lr_schedule.LRSchedule`):
+    a linear warm-up of ``lr_warmup_steps``, then constant, cosine or linear down to
+    ``lr_floor`` times the peak (``--lr``) at the run's last step."""
+
+    lr_schedule: str = _o("constant", "the local learning rate's course: constant, cosine or linear (from --lr down to "
+                                      "--lr-floor x --lr at the run's last step; semiasync: over --rounds, a job "
+                                      "training at the rate of the global version it starts from)")
+    lr_warmup_steps: int = _o(0, "a linear learning-rate warm-up from --lr/N to --lr over the first N steps "
+                                 "(semiasync: aggregations); not --warmup-steps, post-local SGD's sync warm-up")
+    lr_floor: float = _o(0.0, "the learning rate --lr-schedule cosine or linear ends at, as a fraction of --lr "
+                              "(nanoGPT: 0.1)")
+
+    def __post_init__(self) -> None:
+        _require(self.lr_schedule in SCHEDULES,
+                 f"--lr-schedule {self.lr_schedule!r}: unknown; choose one of {', '.join(SCHEDULES)}")
+        _require(isinstance(self.lr_warmup_steps, int) and not isinstance(self.lr_warmup_steps, bool)
+                 and self.lr_warmup_steps >= 0,
+                 f"--lr-warmup-steps {self.lr_warmup_steps}: must be an integer >= 0 (0: no warm-up), e.g. 100")
+        _require(isinstance(self.lr_floor, (int, float)) and not isinstance(self.lr_floor, bool)
+                 and 0 <= self.lr_floor <= 1,
+                 f"--lr-floor {self.lr_floor}: must be a fraction of --lr in [0, 1], e.g. 0.1")
+        _require(self.lr_floor == 0 or self.lr_schedule != "constant",
+                 f"--lr-floor {self.lr_floor}: where --lr-schedule cosine or linear ends; with a constant schedule "
+                 "drop it (or give --lr-schedule cosine)")
+
+    @property
+    def decays(self) -> bool:
+        """Whether the rate falls after the warm-up (:attr:`fdahpc.lr_schedule.LRSchedule.decays`)."""
+        return self.lr_schedule != "constant" and self.lr_floor < 1
+
+    def schedule(self, total_steps: int | None) -> LRSchedule:
+        """The :class:`~fdahpc.lr_schedule.LRSchedule` of a run of ``total_steps``."""
+        return LRSchedule(self.lr_schedule, self.lr_warmup_steps, float(self.lr_floor), total_steps)
+
+
+@dataclass(frozen=True)
+class QSROptions:
+    """The Quadratic Synchronization Rule's constants; None: the paper's for the local
+    optimizer's family (:class:`fdahpc.strategies.qsr.QSRTrigger`)."""
+
+    qsr_h_base: int | None = _o(None, "sync, --trigger qsr: the shortest round H_base in steps (default: the QSR "
+                                      "paper's, 4 for Adam-family local optimizers, 2 for the SGD family)")
+    qsr_alpha: float | None = _o(None, "sync, --trigger qsr: alpha of H = max(H_base, floor((alpha/lr)^2)) (default: "
+                                       "the QSR paper's, 0.0175 for Adam-family local optimizers, 0.2 for the SGD family)")
+
+    def __post_init__(self) -> None:
+        _require(self.qsr_h_base is None or isinstance(self.qsr_h_base, int) and not isinstance(self.qsr_h_base, bool)
+                 and self.qsr_h_base >= 1, f"--qsr-h-base {self.qsr_h_base}: must be an integer >= 1, e.g. 4")
+        if self.qsr_alpha is not None:
+            _positive("qsr_alpha", self.qsr_alpha, 0.0175)
 
 
 def option_names(cls: type) -> tuple[str, ...]:
@@ -358,7 +414,7 @@ def _help_lines() -> dict[str, str]:
     """Each option's ``--help`` line, from the field of the options class that declares it."""
     out: dict[str, str] = {}
     for cls in (ThresholdOptions, FDAOptions, SketchFDAOptions, SketchShape, PeriodicOptions, MeanOptions, FedAvgMOptions,
-                FedAdamOptions, FedAdpOptions, SamplingOptions, WarmupOptions):
+                FedAdamOptions, FedAdpOptions, SamplingOptions, WarmupOptions, LRScheduleOptions, QSROptions):
         for f in fields(cls):
             if "help" in f.metadata:
                 out.setdefault(f.name, f.metadata["help"])

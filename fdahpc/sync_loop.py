@@ -18,7 +18,8 @@ from . import faults
 from .control import Diverged, agree
 from .data import partition
 from .evaluate import Evaluator
-from .options import SamplingOptions, SketchShape, WarmupOptions, option_names
+from .lr_schedule import LRSchedule
+from .options import LRScheduleOptions, SamplingOptions, SketchShape, WarmupOptions, option_names
 from .params import FlatParams
 from .renamed import current_purposes
 from .run import Job, Mode, Outcome, Plan, load_data, new_model
@@ -51,19 +52,21 @@ class SyncMode(Mode):
         return STRATEGIES
 
     def defaults(self, cfg) -> dict:
-        return {"strategy": "sketchfda"}
+        preset = PRESETS.get(cfg.strategy or "sketchfda")  # an unknown name is refused by the checks
+        return {"strategy": "sketchfda", **({"lr_schedule": preset.lr_schedule} if preset else {})}
 
     def reads(self, cfg, options: StrategyOptions) -> set[str]:
         """The mode's options and those of the strategy's parts: its trigger's, its rule's, the
         warm-up, client sampling (round-based triggers) and the sketch's shape (when it sketches)."""
         o = options
-        parts = [type(o.trigger_options), type(o.rule_options), WarmupOptions]
+        parts = [type(o.trigger_options), type(o.rule_options), WarmupOptions, LRScheduleOptions]
         parts += [SamplingOptions] if o.trigger.round_based else []
         parts += [SketchShape] if o.uses_sketch else []
         return set(self.options) | {name for cls in parts for name in option_names(cls)}
 
     def readers(self, name: str) -> list[str]:
-        out = super().readers(name) + ([f"--mode {self.name}"] if name in option_names(WarmupOptions) else [])
+        every_run = option_names(WarmupOptions) + option_names(LRScheduleOptions)
+        out = super().readers(name) + ([f"--mode {self.name}"] if name in every_run else [])
         triggers = [t for t, cls in TRIGGERS.items() if name in option_names(cls.Options)]
         strategies = [s for s, p in PRESETS.items() if p.trigger in triggers or name in option_names(RULES[p.rule].Options)]
         out += [f"--strategy {', '.join(strategies)}"] if strategies else []
@@ -99,6 +102,12 @@ class SyncMode(Mode):
         options = strategy_options(cfg.strategy, cfg.trigger, cfg)  # the trigger's and the rule's, checked
         if cfg.weighting != "uniform" and cfg.strategy == "fedadp":
             raise ValueError("--weighting samples: FedAdp's weights already include the sample counts; drop --weighting")
+        lr = options.lr
+        if options.trigger.reads_lr and not lr.decays:
+            flag = (f"--trigger {cfg.trigger}" if cfg.trigger else f"--lr-floor {lr.lr_floor}" if lr.lr_floor == 1
+                    else f"--lr-schedule {lr.lr_schedule}")
+            raise ValueError(f"{flag}: {options.trigger.name} lengthens its rounds as the learning rate decays; give "
+                             "--lr-schedule cosine (or linear) with --lr-floor below 1")
         return options
 
     def prepare(self, plan: Plan, comm) -> None:
@@ -134,9 +143,11 @@ class SyncMode(Mode):
         if cfg.warmup_steps > total_steps:
             raise ValueError(f"--warmup-steps {cfg.warmup_steps}: beyond the run's {total_steps} steps; give at most "
                              f"{total_steps} or lengthen the run (--epochs, --max-steps)")
+        schedule = plan.options.lr.schedule(total_steps)  # refuses a warm-up longer than the run
         model = new_model(cfg, data).to(comm.device)  # initialized on the CPU: the same model on any device
         flat = FlatParams(model)
-        optimizer = make_optimizer(*local_optimizer(cfg), model.parameters(), cfg.weight_decay)
+        optimizer_name, peak = local_optimizer(cfg)
+        optimizer = make_optimizer(optimizer_name, peak, model.parameters(), cfg.weight_decay)
         evaluator = Evaluator(comm, new_model(cfg, data).to(comm.device), data.x_test, data.y_test)
         if cfg.drop_last and len(data.y_train) < cfg.batch_size:  # lockstep: every rank must step
             raise ValueError(f"--drop-last: rank {comm.rank} holds {len(data.y_train)} training samples, less than one "
@@ -144,11 +155,17 @@ class SyncMode(Mode):
         batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank, device=comm.device,
                               drop_last=cfg.drop_last)
         strategy = build_strategy(plan.options, comm, flat.w, steps_per_epoch, num_samples=len(data.y_train),
-                                  seed=cfg.seed)
-        return SyncJob(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps)
+                                  seed=cfg.seed, lr_at=lambda step: peak * schedule.factor(step - 1),
+                                  lr_warmup_steps=schedule.warmup_steps, optimizer=optimizer_name)
+        return SyncJob(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps,
+                       schedule, peak)
 
 
 MODE = SyncMode()
+
+#: What ``eval/accuracy`` scores and what the run ends on, said in its run file.
+EVALUATED_MODEL = ("held: the rule applied to a synchronization forced at the evaluated step (eval/held_bytes: its "
+                   "cost, 0 when the step synchronized); the run ends with that synchronization (result final_sync)")
 
 
 def reached(cfg, accuracy: float, loss: float) -> bool:
@@ -172,6 +189,7 @@ class Progress:
     wall_seconds: float = 0.0  # before this process started (earlier segments of a resumed run)
     bytes_before: dict | None = None  # counters when training started
     result: dict | None = None
+    lr_horizon: int | None = None  # the steps the learning-rate schedule spans (None: older checkpoints)
 
 
 @dataclass
@@ -188,11 +206,14 @@ class SyncJob(Job):
     batches: object
     steps_per_epoch: int
     total_steps: int
+    schedule: LRSchedule
+    peak_lr: float
     progress: Progress | None = None
 
     @property
     def attrs(self) -> dict:
-        return dict(steps_per_epoch=self.steps_per_epoch, state_bytes=self.strategy.trigger.state_bytes)
+        return dict(steps_per_epoch=self.steps_per_epoch, state_bytes=self.strategy.trigger.state_bytes,
+                    evaluated_model=EVALUATED_MODEL)
 
     @property
     def position(self) -> int:
@@ -202,9 +223,10 @@ class SyncJob(Job):
         # The same initial model everywhere, whatever the platform's RNG does.
         self.comm.bcast_(self.flat.w, "control")
         self.strategy.reset()
-        self.progress = Progress(bytes_before=dict(self.comm.bytes_sent),  # the communicator may have served earlier runs
+        self.progress = Progress(lr_horizon=self.total_steps,
+                                 bytes_before=dict(self.comm.bytes_sent),  # the communicator may have served earlier runs
                                  result=dict(steps_to_target=-1, comm_bytes_to_target=-1,
-                                             final_accuracy=float("nan"), final_loss=float("nan")))
+                                             final_accuracy=float("nan"), final_loss=float("nan"), final_sync=0))
 
     def state_dict(self) -> dict:
         """Everything this rank needs to continue bit for bit (see :mod:`fdahpc.checkpoint`)."""
@@ -231,6 +253,11 @@ class SyncJob(Job):
         self.comm.load_state_dict(state["comm"])
         self.progress = Progress(**state["progress"])
         self.progress.bytes_before = current_purposes(self.progress.bytes_before)  # older checkpoints: "sync"
+        saved = self.progress.lr_horizon
+        if self.schedule.decays and saved not in (None, self.total_steps):
+            raise ValueError(f"--lr-schedule {self.schedule.kind}: the checkpoint's rate decays over {saved} steps, this "
+                             f"run has {self.total_steps}; resume with the same --epochs/--max-steps (the run may stop "
+                             "earlier at a --target-*)")
 
     def final_model(self):
         return self.flat.w.cpu().numpy()
@@ -257,12 +284,14 @@ class SyncJob(Job):
 
         def evaluate(step: int) -> float:
             t_eval = time.perf_counter()
-            acc, test_loss = self.evaluator.evaluate(self.flat.w, self.model)
+            acc, test_loss = self.evaluator.evaluate(self.model, strategy.held_model)
             progress.eval_seconds += time.perf_counter() - t_eval
             progress.last_eval = step
             self.model.train()
             for name, value in (("eval/step", step), ("eval/accuracy", acc), ("eval/loss", test_loss),
-                                ("eval/comm_bytes", strategy.comm_bytes()), ("eval/wall_seconds", elapsed())):
+                                ("eval/comm_bytes", strategy.comm_bytes()), ("eval/held_bytes", strategy.held_bytes),
+                                ("eval/lr", self.peak_lr * self.schedule.factor(step - 1)),
+                                ("eval/wall_seconds", elapsed())):
                 run.append(name, value)
             run.flush()
             result.update(final_accuracy=acc, final_loss=test_loss)
@@ -286,6 +315,7 @@ class SyncJob(Job):
         for step in range(progress.step + 1, self.total_steps + 1):
             loss = None  # a worker left out of this round keeps the global model and has no loss
             if strategy.participating:
+                self.schedule.apply(self.optimizer, (self.peak_lr,), step - 1)
                 loss = local_steps(self.model, self.batches, 1, self.optimizer.step, self.optimizer.zero_grad,
                                    cfg.clip_grad_norm)
                 progress.running_loss += loss
@@ -320,11 +350,17 @@ class SyncJob(Job):
             if last and not scheduled:
                 acc = evaluate(step)  # the run's end, after its checkpoint: a longer resumed run does not repeat it
             if acc is not None and reached(cfg, acc, result["final_loss"]):
-                result.update(steps_to_target=step, comm_bytes_to_target=strategy.comm_bytes())
+                result.update(steps_to_target=step)
                 if cfg.checkpoint_dir and not saved:
                     folder = save_checkpoint(step)
                 break
         strategy.finish()
+        if stopped_by is None:
+            # The run ends on the model its last evaluation scored (taken after its checkpoint, so
+            # that a longer resumed run goes on as if it had not ended); bytes to the target include it.
+            result["final_sync"] = int(strategy.settle())
+            if result["steps_to_target"] == progress.step:
+                result["comm_bytes_to_target"] = strategy.comm_bytes()
         if stopped_by is not None and cfg.checkpoint_dir:
             folder = save_checkpoint(progress.step)
         result.update(

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fdahpc.config import COMMON, OPTION_FIELDS, TrainConfig
+from fdahpc.options import LRScheduleOptions, option_names, options_from
 from fdahpc.run import MODES, mode_of, resolve
 from test_resume_options import CHANGED, REQUIRES
 
@@ -26,7 +27,7 @@ def _consumed_sync(plan, name):
     cfg, o = plan.cfg, plan.options
     if name in mode_of("sync").options:
         return True
-    parts = [o.trigger_options, o.rule_options, o.sampling, o.warmup, o.sketch]
+    parts = [o.trigger_options, o.rule_options, o.sampling, o.warmup, o.sketch, o.lr]
     # The part's value is the given one as its class parses it (--theta-fabric's text as a tuple).
     return any(name in {f.name for f in dataclasses.fields(p)}
                and getattr(p, name) == getattr(dataclasses.replace(p, **{name: getattr(cfg, name)}), name) != getattr(type(p)(), name, None)
@@ -46,6 +47,8 @@ def _consumed_semiasync(plan, name):
         return any(v == cfg.server_lr for v in vars(rule).values() if isinstance(v, float))
     if name == "weighting":
         return build_rule(cfg.strategy, weighting=cfg.weighting).weighting == cfg.weighting
+    if name in option_names(LRScheduleOptions):  # the hosts' schedule, built from these
+        return getattr(options_from(LRScheduleOptions, cfg), name) == getattr(cfg, name)
     if name.startswith("fedqs_"):
         params = plan.options.fedqs
         short = {"fedqs_authors_momentum": "authors_momentum", "fedqs_sketch_similarity": "sketch",

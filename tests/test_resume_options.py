@@ -25,7 +25,8 @@ CHANGED = dict(
     batch_size=16, optimizer="sgd", lr=0.05, weight_decay=1e-4, epochs=2.0, max_steps=100, target_accuracy=0.9,
     target_loss=1.5, eval_samples=100, train_samples=1000,
     eval_every=7, seed=1, drop_last=True, clip_grad_norm=5.0, theta=4.0, theta_auto_epochs=2.0, fda_lag=1, tau=5,
-    local_epochs=2.0, warmup_steps=3, fda_every=2, theta_round_epochs=2.0, theta_fabric="1,10,5",
+    local_epochs=2.0, warmup_steps=3, lr_schedule="linear", lr_warmup_steps=4, lr_floor=0.1, qsr_h_base=3,
+    qsr_alpha=0.05, fda_every=2, theta_round_epochs=2.0, theta_fabric="1,10,5",
     theta_calibrate="estimate",
     sketch_rows=3, sketch_cols=100, sketch_eps=0.05, log_variance=True, fda_log_every=2, server_lr=0.5,
     server_momentum=0.5, server_betas=(0.8, 0.99), server_tau=1e-3, server_bias_correction=True, weighting="samples",
@@ -46,7 +47,8 @@ TEXT_MODEL_OPTIONS = {"context", "gpt_layers", "gpt_heads", "gpt_width"}
 TEXT_RUN = dict(model="gpt", dataset="shakespeare")
 #: Options that are read only beside another's value (tried on a run that has it).
 REQUIRES = dict(theta_auto_epochs=dict(theta="auto-once"), theta_round_epochs=dict(theta="auto"),
-                theta_fabric=dict(theta="auto"), theta_calibrate=dict(theta="auto"), fedqs_authors_momentum=dict(fedqs_variant="authors"))
+                theta_fabric=dict(theta="auto"), theta_calibrate=dict(theta="auto"), lr_floor=dict(lr_schedule="cosine"),
+                qsr_h_base=dict(trigger="qsr", lr_schedule="cosine"), qsr_alpha=dict(trigger="qsr", lr_schedule="cosine"), fedqs_authors_momentum=dict(fedqs_variant="authors"))
 
 
 def _resume_check(mode: str, name: str):

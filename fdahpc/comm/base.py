@@ -11,7 +11,8 @@ here, split the way the papers report them: model exchange, monitoring state
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, NamedTuple
+from contextlib import contextmanager
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -94,6 +95,18 @@ class Communicator(ABC):
 
     def __init__(self) -> None:
         self.bytes_sent = {p: 0 for p in PURPOSES}
+        self._counted_as: str | None = None
+
+    @contextmanager
+    def counting_as(self, purpose: str) -> Iterator[None]:
+        """Count every byte sent inside the block as ``purpose``, whatever its calls say: code
+        that trains (a rule's aggregation) run only to measure counts as ``eval``."""
+        self._count(purpose, 0)  # an unknown purpose fails here, before the block runs
+        before, self._counted_as = self._counted_as, purpose
+        try:
+            yield
+        finally:
+            self._counted_as = before
 
     @property
     def is_root(self) -> bool:
@@ -102,7 +115,7 @@ class Communicator(ABC):
     def _count(self, purpose: str, nbytes: int) -> None:
         if purpose not in self.bytes_sent:
             raise ValueError(f"purpose {purpose!r}: unknown; use one of {', '.join(PURPOSES)}")
-        self.bytes_sent[purpose] += int(nbytes)
+        self.bytes_sent[self._counted_as or purpose] += int(nbytes)
 
     def allreduce_sum_(self, buf, purpose: str):
         """Sum ``buf`` over ranks, in place; returns ``buf``."""

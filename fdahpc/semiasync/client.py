@@ -36,6 +36,7 @@ from ..aggregate import sketch_cosine
 from ..comm import Communicator, Outbox
 from ..control import Diverged
 from ..evaluate import score
+from ..lr_schedule import LRSchedule
 from ..worker import BatchStream, local_steps, make_job_optimizer
 from .fedqs import (FedQSParams, authors_ready, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
                     similarity)
@@ -82,8 +83,12 @@ class Host:
                  uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
                  num_clients: int, fedqs: FedQSParams | None = None, clip_grad_norm: float | None = None,
                  nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None,
-                 host_sums: bool = False, device: torch.device | str = "cpu", stats_updates: bool = False) -> None:
+                 host_sums: bool = False, device: torch.device | str = "cpu", stats_updates: bool = False,
+                 schedule: LRSchedule | None = None) -> None:
         self.comm, self.model, self.flat = comm, model, flat
+        # --lr-schedule (not FedQS's clients, which set their own rate): a job trains at
+        # lr · factor(t), t the global version it starts from; the schedule spans --rounds.
+        self.schedule = schedule
         self.stats_updates = stats_updates  # update uploads carry the running statistics' change (rules.py)
         # Where the model trains (--device cuda: this host's GPU); versions, updates and
         # per-client state stay in host memory, batches and versions are copied in per job.
@@ -248,6 +253,8 @@ class Host:
         torch.manual_seed(int(np.random.SeedSequence(self.seed, spawn_key=(0x5A, 9, i, c.jobs)).generate_state(1)[0]))
         decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(i, c)
         lr = decision.lr if decision else c.lr
+        if self.schedule is not None:
+            lr = lr * self.schedule.factor(c.start)
         momentum = decision.momentum if decision else 0.0
         # --drop-last: a client with less than one batch takes no step and uploads its start.
         loss = self.train(c, lr, momentum) / c.data.steps if c.data.steps else 0.0

@@ -19,7 +19,7 @@ from ..config import one_of
 from ..data import partition
 from ..data.text import as_tensor
 from ..heap import release_freed_models
-from ..options import MeanOptions, PeriodicOptions, options_from
+from ..options import LRScheduleOptions, MeanOptions, PeriodicOptions, option_names, options_from
 from ..params import FlatParams
 from ..run import Job, Mode, Outcome, Plan, load_data, new_model
 from ..worker import BatchStream, steps_per_job
@@ -130,10 +130,14 @@ class SemiAsyncMode(Mode):
                     workers=size, label=" ".join(label), convergence=True)
 
     def reads(self, cfg, options: "SemiAsyncOptions") -> set[str]:
-        return set(self.options) | self.RULE_OPTIONS.get(cfg.strategy, frozenset())
+        # A learning-rate schedule over the aggregations, except where FedQS sets each client's rate itself.
+        schedule = set() if BUFFER_RULES[cfg.strategy].needs_client_state else set(option_names(LRScheduleOptions))
+        return set(self.options) | self.RULE_OPTIONS.get(cfg.strategy, frozenset()) | schedule
 
     def readers(self, name: str) -> list[str]:
         rules = [r for r, names in self.RULE_OPTIONS.items() if name in names]
+        if name in option_names(LRScheduleOptions):
+            rules = [r for r, cls in BUFFER_RULES.items() if not cls.needs_client_state]
         return super().readers(name) + ([f"--strategy {', '.join(rules)}"] if rules else [])
 
     def check(self, cfg) -> "SemiAsyncOptions":
@@ -174,6 +178,8 @@ class SemiAsyncMode(Mode):
                     "gpt predicts every position; use --model lstm")
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
                     "SGD heavy-ball step; drop --optimizer")
+        if not BUFFER_RULES[cfg.strategy].needs_client_state:
+            options_from(LRScheduleOptions, cfg).schedule(cfg.rounds)  # a warm-up longer than the run is refused
         rule = rule_options(cfg.strategy, cfg)  # the rule's options, checked where they live
         # FedQS's ranges (its lr bounds against --lr among them) are checked where they live
         fedqs = fedqs_params(cfg) if BUFFER_RULES[cfg.strategy].needs_client_state else None
@@ -236,7 +242,8 @@ class SemiAsyncMode(Mode):
                         num_classes=data.num_classes, num_clients=cfg.clients, fedqs=fedqs,
                         clip_grad_norm=cfg.clip_grad_norm, nan_from=faults.nan_at(comm.rank),
                         model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts",
-                        device=device, stats_updates=rule.stats_updates)
+                        device=device, stats_updates=rule.stats_updates,
+                        schedule=None if fedqs else options_from(LRScheduleOptions, cfg).schedule(cfg.rounds))
         return SemiAsyncJob(cfg, comm, model, flat, role)
 
 

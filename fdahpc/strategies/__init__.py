@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from ..comm import Communicator
-from ..options import ANGLE_MODES, WEIGHTINGS, PeriodicOptions, SamplingOptions, WarmupOptions, SketchShape, option_names, options_from
+from ..options import (ANGLE_MODES, WEIGHTINGS, LRScheduleOptions, PeriodicOptions, SamplingOptions, SketchShape,
+                       WarmupOptions, option_names, options_from)
 from .base import RULES, TRIGGERS, BuildContext, Rule, Synchronizer, Trigger, rule, trigger
 from .participation import Participation
 
@@ -36,6 +37,7 @@ class Preset(NamedTuple):
     optimizer: str = "adam"  # local optimizer and learning rate when the flags are not given
     lr: float = 1e-3
     tau: int | None = None  # a periodic round of this many steps when --tau is not given (None: --local-epochs)
+    lr_schedule: str = "constant"  # --lr-schedule when not given
 
 
 # The FDA paper's settings: Adam 1e-3 for LeNet-5 workers; SGD clients for FedOpt
@@ -51,6 +53,9 @@ PRESETS: dict[str, Preset] = {
     # DiLoCo's published setting: inner AdamW, H = 500 inner steps, outer Nesterov (0.7, 0.9).
     "diloco": Preset("periodic", "diloco", "DiLoCo: inner AdamW, outer SGD with Nesterov momentum on the "
                      "pseudo-gradient every --tau steps (default 500)", "adamw", 1e-3, tau=500),
+    # QSR (Gu et al., ICLR 2024): rounds of max(H_base, (α/η)²) steps under a decaying learning rate.
+    "qsr": Preset("qsr", "mean", "QSR: average after rounds of max(H_base, (alpha/lr)^2) steps, lr falling on a "
+                  "cosine (--lr-schedule) from --lr", lr_schedule="cosine"),
 }
 
 STRATEGIES = tuple(PRESETS)
@@ -83,6 +88,7 @@ class StrategyOptions(NamedTuple):
     sampling: SamplingOptions
     sketch: SketchShape
     warmup: WarmupOptions = WarmupOptions()
+    lr: LRScheduleOptions = LRScheduleOptions()
 
     @property
     def uses_sketch(self) -> bool:
@@ -91,8 +97,10 @@ class StrategyOptions(NamedTuple):
 
 
 def option_names_of(strategy: str, trigger: str | None = None) -> set[str]:
-    """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape, the warm-up)."""
-    parts = (trigger_of(strategy, trigger).Options, rule_of(strategy).Options, SamplingOptions, SketchShape, WarmupOptions)
+    """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape, the warm-up, the
+    learning-rate schedule)."""
+    parts = (trigger_of(strategy, trigger).Options, rule_of(strategy).Options, SamplingOptions, SketchShape, WarmupOptions,
+             LRScheduleOptions)
     return {name for cls in parts for name in option_names(cls)}
 
 
@@ -117,14 +125,20 @@ def strategy_options(strategy: str, trigger: str | None, values) -> StrategyOpti
         trigger_options = dataclasses.replace(trigger_options, tau=preset_tau)
     return StrategyOptions(trigger_cls, rule_cls, trigger_options,
                            options_from(rule_cls.Options, values), sampling, options_from(SketchShape, values),
-                           options_from(WarmupOptions, values))
+                           options_from(WarmupOptions, values), options_from(LRScheduleOptions, values))
 
 
 def build_strategy(o: StrategyOptions, comm: Communicator, w: torch.Tensor, steps_per_epoch: int | None,
-                   num_samples: int, seed: int = 0) -> Synchronizer:
+                   num_samples: int, seed: int = 0, lr_at: Callable[[int], float] | None = None,
+                   lr_warmup_steps: int = 0, optimizer: str | None = None) -> Synchronizer:
     """The synchronizer of a strategy's parts and their options (:func:`strategy_options`,
-    built and checked once per run)."""
+    built and checked once per run). ``lr_at(step)``: the local learning rate of the run's
+    step (from 1), for a trigger that reads it (QSR); ``lr_warmup_steps``: its warm-up;
+    ``optimizer``: the local optimizer's name."""
     participation = Participation(comm.rank, comm.world_size, o.sampling.clients_per_round, seed)
-    ctx = BuildContext(comm, w.numel(), steps_per_epoch, num_samples, participation, seed, o.sketch)
+    shift = o.warmup.warmup_steps  # a trigger counts its steps from the sync warm-up's end
+    ctx = BuildContext(comm, w.numel(), steps_per_epoch, num_samples, participation, seed, o.sketch,
+                       lr_at=None if lr_at is None else (lambda step: lr_at(step + shift)),
+                       lr_warmup_end=lr_warmup_steps - shift, optimizer=optimizer)
     return Synchronizer(comm, w, o.trigger.build(ctx, o.trigger_options), o.rule.build(ctx, o.rule_options), participation,
                         warmup_steps=o.warmup.warmup_steps)

@@ -36,6 +36,11 @@ class BuildContext:
     participation: Participation
     seed: int = 0  # the run's seed (hashes, random directions)
     sketch_shape: SketchShape = SketchShape()
+    #: The learning rate of a step as the trigger counts them (after the sync warm-up), and the
+    #: trigger's step at which the learning-rate warm-up ends; None: the loop did not say.
+    lr_at: Callable[[int], float] | None = None
+    lr_warmup_end: int = 0
+    optimizer: str | None = None  # the local optimizer's name (adam, sgd, ...), when known
 
     def samples_if(self, weighting: str) -> int | None:
         """This rank's sample count when the mean is sample-weighted (``--weighting samples``)."""
@@ -114,6 +119,9 @@ class Trigger(_Part):
     #: Whether :meth:`should_sync` reads the step's training loss (then a loop that gives
     #: none is refused: ``ModelAverager.step(loss=...)``).
     needs_loss = False
+    #: Whether it reads the learning rate (:attr:`BuildContext.lr_at`); the synchronous mode
+    #: then refuses a schedule that never changes it.
+    reads_lr = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -170,6 +178,10 @@ class Synchronizer:
     ``warmup_steps`` W (post-local SGD, :class:`fdahpc.options.WarmupOptions`): steps 1..W
     synchronize without asking the trigger; from step W+1 the trigger decides and sees the
     step counted from the warm-up's end (``steps - W``), so its rounds start there.
+
+    :meth:`held_model` is the model a user holds at any step: what the rule would hand back
+    from a synchronization forced there (the evaluations score it, and :meth:`settle` makes
+    it the run's final model).
     """
 
     def __init__(self, comm: Communicator, w: torch.Tensor, trigger: Trigger, rule: Rule,
@@ -187,6 +199,8 @@ class Synchronizer:
         self.warmup_steps = warmup_steps
         self.steps = 0
         self.syncs = 0
+        self.synced_at = 0  # the step of the last synchronization (0: the common initial model)
+        self.held_bytes = 0  # what the last held_model's forced synchronization cost (eval traffic)
         self._bytes_at_reset = self._training_bytes()
 
     def _training_bytes(self) -> dict[str, int]:
@@ -197,6 +211,7 @@ class Synchronizer:
         initial model. Traffic is counted from here."""
         if self.anchor is not None:
             self.anchor.copy_(self.w)
+        self.synced_at = self.steps
         self._bytes_at_reset = self._training_bytes()
 
     def record(self, group: str, **values: Any) -> None:
@@ -233,7 +248,49 @@ class Synchronizer:
         if self.anchor is not None:
             self.anchor.copy_(self.w)
         self.syncs += 1
+        self.synced_at = self.steps
         self.participation.next_round()
+
+    @property
+    def in_sync(self) -> bool:
+        """Whether every rank holds the global model: no local step since the last synchronization."""
+        return self.synced_at == self.steps
+
+    def held_model(self, out: torch.Tensor) -> torch.Tensor:
+        """Collective: write into ``out`` the model this run hands back if it stops now.
+
+        That is the rule applied to a synchronization forced at this step: the mean for the
+        mean rules, the server or outer step for FedAvgM, FedAdam and DiLoCo, FedAdp's
+        weights; just after a synchronization, the global model itself (no traffic). It is
+        computed on ``out`` with the rule's state saved and restored, its traffic counted as
+        ``eval`` and its records dropped, so training goes on bit for bit as without it.
+        :attr:`held_bytes`: what that forced synchronization would have cost as training
+        traffic (:meth:`comm_bytes`' convention; 0 just after a synchronization), which a
+        time to accuracy charges when the target is met between synchronizations.
+        """
+        out.copy_(self.w)
+        self.held_bytes = 0
+        if self.in_sync:
+            return out
+        saved, sink, before = self.rule.state_dict(), self.sink, self.comm.bytes_sent["eval"]
+        self.sink = None
+        try:
+            with self.comm.counting_as("eval"):
+                self.rule.aggregate(out, self.anchor)
+        finally:
+            self.sink = sink
+            self.rule.load_state_dict(saved)
+        self.held_bytes = self.comm.world_size * 2 * (self.comm.bytes_sent["eval"] - before)
+        return out
+
+    def settle(self) -> bool:
+        """Collective: end the run on the model :meth:`held_model` scored, by synchronizing
+        once more when a local step came after the last synchronization (training traffic like
+        any other); True when it did. Call after :meth:`finish`, once, when training is over."""
+        if self.in_sync:
+            return False
+        self.sync()
+        return True
 
     def finish(self) -> None:
         """Complete what the trigger still has in flight; collective. Call once the loop ends."""
@@ -258,6 +315,7 @@ class Synchronizer:
         return {
             "steps": self.steps,
             "syncs": self.syncs,
+            "synced_at": self.synced_at,
             "anchor": None if self.anchor is None else self.anchor.clone(),
             "trigger": self.trigger.state_dict(),
             "rule": self.rule.state_dict(),
@@ -267,6 +325,8 @@ class Synchronizer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps, self.syncs = state["steps"], state["syncs"]
+        # Checkpoints written before it was kept: unknown, so the next held model is computed.
+        self.synced_at = state.get("synced_at", -1)
         if self.anchor is not None:
             self.anchor.copy_(state["anchor"])
         self.trigger.load_state_dict(state["trigger"])
