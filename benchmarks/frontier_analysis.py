@@ -23,10 +23,16 @@ PAPER = "fedavg-sgd"
 
 
 def crossing(run: dict, target: float) -> tuple[int, float] | None:
-    """(step, GB) of the first evaluation at or above ``target``; None when none was."""
-    for step, acc, nbytes in zip(run["eval/step"], run["eval/accuracy"], run["eval/comm_bytes"]):
+    """(step, GB) of the first evaluation at or above ``target``; None when none was. The GB
+    include the synchronization forced there to hand back the evaluated (held) model
+    (``eval/held_bytes``, 0 where the step synchronized; absent in run files from before
+    evaluations scored the held model, which scored the plain mean uncharged)."""
+    held = run.get("eval/held_bytes")
+    if held is None:
+        held = [0] * len(run["eval/step"])
+    for step, acc, nbytes, forced in zip(run["eval/step"], run["eval/accuracy"], run["eval/comm_bytes"], held):
         if acc >= target:
-            return int(step), float(nbytes) / 1e9
+            return int(step), (float(nbytes) + float(forced)) / 1e9
     return None
 
 

@@ -12,6 +12,7 @@ evenly over the held-out text. The methods (``--methods``, default all):
 
 - Synchronous; FedAvg with rounds of τ = 10, 50, 200 steps; LinearFDA at Θ = 0.5, 2, 8;
   DiLoCo (its preset: inner AdamW, outer Nesterov SGD 0.7/0.9) at H = 50 and 500 inner steps;
+  with a decaying ``--lr-schedule`` (every run trains under it) also QSR at the paper's constants;
 - ``linearfda auto H=.. m=..``: LinearFDA ``--theta auto`` at each (horizon H, check
   cadence m) that ``--theta-fabric`` picks for this model on the time report's fabrics at
   the ``--step-ms`` step times (:func:`time_to_accuracy.cadence`), i.e. the run the report's
@@ -42,6 +43,7 @@ from cost_model import FABRICS
 import frontier
 import frontier_analysis
 import time_to_accuracy
+from fdahpc.lr_schedule import SCHEDULES
 from fdahpc.options import CALIBRATIONS
 
 #: label -> (family, knob, the method's flags)
@@ -97,6 +99,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default=os.path.join(RESULTS, "frontier_gpt"), help="CSV path prefix (default %(default)s)")
     p.add_argument("--workdir", default=os.path.join(REPO_ROOT, "runs", "shakespeare"))
     p.add_argument("--fresh", action="store_true", help="rerun runs whose file is already there")
+    p.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
+                   help="every run's learning-rate course (default constant; cosine adds the method qsr)")
+    p.add_argument("--lr-warmup-steps", type=int, default=0, help="every run's learning-rate warm-up (default 0)")
+    p.add_argument("--lr-floor", type=float, default=0.0, help="where cosine/linear ends, a fraction of --lr (default 0)")
     p.add_argument("--dry-run", action="store_true", help="print the methods and their flags, run nothing")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before one run is killed (default 3600)")
     args = p.parse_args(argv)
@@ -118,11 +124,15 @@ def parse(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse(argv)
     k = args.ranks
+    schedule = [] if args.lr_schedule == "constant" and not args.lr_warmup_steps else [
+        "--lr-schedule", args.lr_schedule, "--lr-warmup-steps", str(args.lr_warmup_steps),
+        *(["--lr-floor", f"{args.lr_floor:g}"] if args.lr_floor else [])]
     folder = os.path.join(args.workdir, f"k{k}-cap{args.max_steps}-to{args.targets[-1]:g}"
-                                        f"-eval{args.eval_every}x{args.eval_samples}")
+                                        f"-eval{args.eval_every}x{args.eval_samples}"
+                                        + (f"-{args.lr_schedule}{args.lr_warmup_steps}f{args.lr_floor:g}" if schedule else ""))
     common = ["--dataset", "shakespeare", "--model", "gpt", "--partition", "roles", "--max-steps", str(args.max_steps),
               "--target-accuracy", f"{args.targets[-1]:g}", "--eval-every", str(args.eval_every),
-              "--eval-samples", str(args.eval_samples)]
+              "--eval-samples", str(args.eval_samples), *schedule]
 
     def file_of(label: str, seed: int) -> str:
         stem = "".join(c if c.isalnum() or c in "-." else "_" for c in label)
@@ -149,6 +159,8 @@ def main(argv=None) -> int:
     # Synchronous first: its run file says the model's size and the epoch that the cadences' horizons are given in
     # (a dry run reads it when it is there, and otherwise lists the fixed methods only).
     methods = dict(FIXED)
+    if args.lr_schedule != "constant" and args.lr_floor < 1:  # QSR with the paper's constants reads the decay
+        methods["qsr"] = ("qsr", "", ["--strategy", "qsr"])
     first = None
     if not args.dry_run:
         _, first = run("synchronous", FIXED["synchronous"][2], args.seeds[0])

@@ -197,6 +197,9 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     run = {"eval/step": [100, 200, 300], "eval/accuracy": [0.85, 0.881, 0.905], "eval/comm_bytes": [1e6, 2e6, 4e6]}
     assert frontier_analysis.crossing(run, 0.88) == (200, 0.002) and frontier_analysis.crossing(run, 0.90) == (300, 0.004)
     assert frontier_analysis.crossing(run, 0.95) is None
+    # A target met between syncs is charged the sync that hands back the evaluated (held) model.
+    held = dict(run, **{"eval/held_bytes": [5e5, 5e5, 0]})
+    assert frontier_analysis.crossing(held, 0.88) == (200, 0.0025) and frontier_analysis.crossing(held, 0.90) == (300, 0.004)
 
     def pt(family, knob, steps, gb, reached=True):
         return dict(setting="s", target=0.9, family=family, knob=knob, auto=knob.startswith("auto"), reached=reached,
