@@ -22,6 +22,7 @@ makes the estimate non-positive.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -33,8 +34,10 @@ from ..comm import Communicator
 from ..comm.base import Done, Request
 from ..options import CALIBRATIONS, FDAOptions, SketchFDAOptions
 from ..theta import (MEASURE, MEASURE_STEPS, ROUND_CAP, check_every, every_from_seconds, horizon_from_seconds,
-                     horizon_steps, prior, recalibrate)
+                     horizon_steps, prior, recalibrate, sync_seconds)
 from .base import BuildContext, Trigger, trigger
+
+log = logging.getLogger("fdahpc")
 
 if TYPE_CHECKING:  # fdahpc.sketch imports Numba: only the sketch trigger needs it, at its construction
     from ..sketch import AmsSketch
@@ -129,6 +132,25 @@ class _FDATrigger(Trigger):
         self._pending: Request | None = None  # lag 1: the state reduction in flight
         self._pending_variance: dict = {}  # lag 1 with --log-variance: the exact variance of that state's step
         self._mean_sq: torch.Tensor | None = None  # theta auto: mean ||u_k||^2 at the calibration sync
+        if fabric not in (None, MEASURE):  # a stated fabric: what it prices, said once at the start
+            gbps, latency_us, step_ms = fabric
+            self._announce("stated", sync_seconds(dim, comm.world_size, gbps, latency_us),
+                           sync_seconds(0, comm.world_size, gbps, latency_us, nbytes=4 * state_len), step_ms * 1e-3)
+        elif fabric == MEASURE:
+            self._say(f"theta auto: timing the model AllReduce, the state reduction and {MEASURE_STEPS} local steps "
+                      f"before setting H and m (until then H = {horizon} steps, checked every step)")
+
+    def _say(self, line: str) -> None:
+        if self.comm.is_root:
+            log.info("%s", line)
+
+    def _announce(self, source: str, sync_s: float, state_s: float, step_s: float) -> None:
+        """One line on rank 0: the times the cadence was set from and the (H, m) they gave."""
+        what = ("every step: Synchronous (a round of one step; no state reduced)" if self.horizon == 1 else
+                f"H = {self.horizon} steps (a model AllReduce <= 10 % of a round's compute), m = {self.every} (the "
+                f"state reduced every {self.every} step{'s' if self.every > 1 else ''}, <= 5 %)")
+        self._say(f"theta auto, fabric {source}: model AllReduce {sync_s * 1e3:.3g} ms, state reduction "
+                  f"{state_s * 1e3:.3g} ms, local step {step_s * 1e3:.3g} ms on K = {self.comm.world_size} -> {what}")
 
     def _allocate(self, w: torch.Tensor) -> None:
         self._u = torch.empty_like(w)
@@ -179,6 +201,7 @@ class _FDATrigger(Trigger):
         self.record("fda_fabric", sync_seconds=sync_s, state_seconds=state_s, step_seconds=step_s, horizon=self.horizon,
                     every=self.every)
         self._probe = None
+        self._announce(f"measured in steps 1-{MEASURE_STEPS + 1}", sync_s, state_s, step_s)
 
     def _should_sync(self, step: int, w: torch.Tensor, anchor: torch.Tensor) -> bool:
         self.trigger_step = step
