@@ -162,14 +162,17 @@ def test_summary_lines_for_running_and_finished_files(tmp_path, capsys):
         running.append("eval/step", step)
         running.append("eval/accuracy", acc)
         running.append("eval/comm_bytes", step * 1e8)
+        running.append("eval/wall_seconds", step * 1.5)
     running.append("sync/step", 15)
     running.flush()
     empty = RunFile(str(tmp_path / "b.h5"), {"strategy": "fedavg", "world_size": 4})
     assert summary_main([running.path, empty.path]) == 0
     out = capsys.readouterr().out.splitlines()
-    # conv20 (the FedQS paper's convergence accuracy) is the semi-asynchronous mode's: "-" here
-    assert out[1].split()[:9] == ["running", "sketchfda", "2", "20", "1", "2.0000", "0.6000", "-", "0.5@20"]
-    assert out[2].split()[:4] == ["running", "fedavg", "4", "0"]
+    # conv20 (the FedQS paper's convergence accuracy) is the semi-asynchronous mode's: "-" here; the
+    # target's step and the wall seconds there; a file without the wall series shows "-"
+    assert out[1].split()[:11] == ["running", "sketchfda", "2", "20", "1", "2.0000", "30.0", "0.6000", "-", "0.5@20",
+                                   "(30.0"]
+    assert out[2].split()[:4] == ["running", "fedavg", "4", "0"] and out[2].split()[6] == "-"
     (tmp_path / "junk.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)  # HDF5 signature, nothing behind it
     assert summary_main([str(tmp_path / "junk.h5")]) == 2
     err = capsys.readouterr().err
