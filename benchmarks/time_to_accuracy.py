@@ -73,16 +73,12 @@ FRONTIER_CSVS = ("frontier.csv", "frontier_fabric.csv")
 FABRIC_OUT = os.path.relpath(os.path.join(RESULTS, FRONTIER_CSVS[1].removesuffix(".csv")), REPO_ROOT)
 
 
-def parse(argv=None) -> argparse.Namespace:
-    # usage suppressed: a bad flag is one line on stderr (the problem and its fix), exit 2
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
+def add_pricing_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that choose the runs and how to price them (shared with ``regret.py``)."""
     p.add_argument("--frontier", default=None,
                    help="comma-separated frontier CSVs, read as one (default: frontier.csv and frontier_fabric.csv, the "
                         "--theta-fabric cadences' runs)")
     p.add_argument("--scaling", default=os.path.join(RESULTS, "scaling.csv"))
-    p.add_argument("--markdown", action="store_true",
-                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times), "
-                        "from the first --frontier CSV (the grids) alone")
     p.add_argument("--step-ms", default="measured,5,20,100",
                    help="step times of the per-row report: 'measured' (this CPU's, scaling.csv) and/or stated "
                         "milliseconds per local step, e.g. 5,20,100 for GPU nodes (default: %(default)s)")
@@ -94,19 +90,11 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--params", default="", metavar="MODEL=COUNT[,...]",
                    help="the parameter count of a model this script cannot build (its runs' syncs are recovered "
                         "with it), e.g. gpt=210000")
-    p.add_argument("--baseline", default=DILOCO_DEFAULT,
-                   help="the run label of the published-defaults baseline the comm-bound rows compare with "
-                        "(default: %(default)s)")
-    p.add_argument("--cadences", action="store_true",
-                   help="print, per setting, the frontier command that runs the (H, m) pairs the rows' 'auto (fabric)' "
-                        "methods ask for and the CSV lacks, and nothing else")
-    p.add_argument("--run-flags-of", metavar="SETTING",
-                   help="print the frontier.py flags a new run of SETTING takes to be scored like the CSVs' runs "
-                        "(--targets, --max-epochs), and nothing else")
-    p.add_argument("--tuning-free", default="linearfda auto (fabric);linearfda auto-once (1 ep)",
-                   help="';'-separated run labels (family and knob as the report prints them) that count as "
-                        "tuning-free FDA (default: %(default)s)")
-    args = p.parse_args(argv)
+
+
+def check_pricing_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reads :func:`add_pricing_flags`' flags into ``args.steps``, ``args.sizes``, ``args.known``
+    and a list ``args.frontier``; a bad value is one line on stderr and exit 2 (``p.error``)."""
     try:
         args.steps = parse_steps(args.step_ms)
         args.sizes = [parse_size(x) for x in (args.model_size or ["actual", "1e7"])]
@@ -124,6 +112,29 @@ def parse(argv=None) -> argparse.Namespace:
     for path in args.frontier:
         if not os.path.exists(path):
             p.error(f"--frontier {path}: no such file; give frontier.py's CSV (benchmarks/results/frontier.csv)")
+
+
+def parse(argv=None) -> argparse.Namespace:
+    # usage suppressed: a bad flag is one line on stderr (the problem and its fix), exit 2
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
+    add_pricing_flags(p)
+    p.add_argument("--markdown", action="store_true",
+                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times), "
+                        "from the first --frontier CSV (the grids) alone")
+    p.add_argument("--baseline", default=DILOCO_DEFAULT,
+                   help="the run label of the published-defaults baseline the comm-bound rows compare with "
+                        "(default: %(default)s)")
+    p.add_argument("--cadences", action="store_true",
+                   help="print, per setting, the frontier command that runs the (H, m) pairs the rows' 'auto (fabric)' "
+                        "methods ask for and the CSV lacks, and nothing else")
+    p.add_argument("--run-flags-of", metavar="SETTING",
+                   help="print the frontier.py flags a new run of SETTING takes to be scored like the CSVs' runs "
+                        "(--targets, --max-epochs), and nothing else")
+    p.add_argument("--tuning-free", default="linearfda auto (fabric);linearfda auto-once (1 ep)",
+                   help="';'-separated run labels (family and knob as the report prints them) that count as "
+                        "tuning-free FDA (default: %(default)s)")
+    args = p.parse_args(argv)
+    check_pricing_flags(p, args)
     args.baseline = args.baseline.strip()
     args.free = tuple(x.strip() for x in args.tuning_free.split(";") if x.strip())
     if not args.free:
@@ -751,37 +762,46 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
 
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    compute = compute_per_step(args.scaling)
+def load_runs(paths: list[str], free: tuple[str, ...], known: dict[str, int], say=print
+              ) -> tuple[list[dict], list[dict], set, dict[str, int]]:
+    """The frontier CSVs at ``paths`` read as one: (every run, the runs that reached their target
+    and whose model's size is known, the (setting, family, (H, m)) cadences that ran for each
+    ``FAMILY auto (fabric)`` label of ``free``, model → parameter count: ``known``, else built
+    here). What is left out is said through ``say``."""
     every_run = []
-    if args.markdown:  # docs/results.md's regime table is the grids' (issue 24's bytes frontier), not the cadence runs'
-        args.frontier = args.frontier[:1]
-    for path in args.frontier:
+    for path in paths:
         with open(path, newline="") as fh:
             every_run += [dict(r, knob=frontier_analysis.current_knob(r["knob"])) for r in csv.DictReader(fh)]
     stale = {r["run_files"] for r in every_run if before_the_limit(r)}
     if stale:  # said, not silently dropped
-        print(f"note: {len(stale)} cadence runs at H = 1 left out: they ran before a one-step horizon became the "
-              "synchronous limit (fdahpc.theta); under the plain mean Synchronous's run stands for that cadence")
+        say(f"note: {len(stale)} cadence runs at H = 1 left out: they ran before a one-step horizon became the "
+            "synchronous limit (fdahpc.theta); under the plain mean Synchronous's run stands for that cadence")
         every_run = [r for r in every_run if r["run_files"] not in stale]
     runs = [r for r in every_run if r["reached"] == "True"]
-    families = [label[:-len(FABRIC_AUTO)] for label in args.free if label.endswith(FABRIC_AUTO)]
+    families = [label[:-len(FABRIC_AUTO)] for label in free if label.endswith(FABRIC_AUTO)]
     ran = {(r["setting"], family, rule_cadence(r, family)) for r in every_run for family in families
            if rule_cadence(r, family)}
     params: dict[str, int] = {}
     for model in dict.fromkeys(r["model"] for r in runs):
-        if model in args.known:
-            params[model] = args.known[model]
+        if model in known:
+            params[model] = known[model]
             continue
         try:
             params[model] = model_params(model)
         except Exception as exc:  # a model this script cannot build: its rows are left out, and said so
-            print(f"note: {model}'s runs left out: its parameter count is unknown here ({exc}); give it with --params")
-    for model in args.known:
+            say(f"note: {model}'s runs left out: its parameter count is unknown here ({exc}); give it with --params")
+    for model in known:
         if model not in params:
-            print(f"note: --params {model}: no run of that model reached a target in the CSV")
-    runs = [r for r in runs if r["model"] in params]
+            say(f"note: --params {model}: no run of that model reached a target in the CSV")
+    return every_run, [r for r in runs if r["model"] in params], ran, params
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    compute = compute_per_step(args.scaling)
+    if args.markdown:  # docs/results.md's regime table is the grids' (issue 24's bytes frontier), not the cadence runs'
+        args.frontier = args.frontier[:1]
+    every_run, runs, ran, params = load_runs(args.frontier, args.free, args.known)
     if args.run_flags_of:
         print(run_flags(args.run_flags_of, every_run))
         return 0
