@@ -50,7 +50,8 @@ def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
     tta.add_pricing_flags(p)
     p.add_argument("--default", action="append", default=[], metavar="LABEL",
-                   help="one more untuned default, a run label as time_to_accuracy.py prints it ('fedavg 2 ep'); repeat")
+                   help="one more untuned default, a run label as time_to_accuracy.py prints it ('fedavg 2 ep'); "
+                        "repeat for several")
     p.add_argument("--out", default=os.path.join(RESULTS, "regret"),
                    help="output prefix: PREFIX.txt (the summary) and PREFIX_rows.csv (default: %(default)s)")
     args = p.parse_args(argv)
@@ -127,7 +128,8 @@ def main(argv=None) -> int:
                                                  say=notes.append)
     known = {tta.run_label(r) for r in every_run}
     for label in args.default:
-        fabric = label.endswith(tta.FABRIC_AUTO) and any(r["family"] == label[:-len(tta.FABRIC_AUTO)] for r in every_run)
+        family = label[:-len(tta.FABRIC_AUTO)] if label.endswith(tta.FABRIC_AUTO) else None
+        fabric = family is not None and any(r["family"] == family for r in every_run)
         if label not in known and not fabric:
             print(f"--default {label!r}: no run in the CSVs has that label; give one as time_to_accuracy.py prints it, "
                   f"e.g. 'fedavg 2 ep'", file=sys.stderr)

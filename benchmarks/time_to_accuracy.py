@@ -119,8 +119,8 @@ def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
     add_pricing_flags(p)
     p.add_argument("--markdown", action="store_true",
-                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times), "
-                        "from the first --frontier CSV (the grids) alone")
+                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled "
+                        "times), from the first --frontier CSV (the grids) alone")
     p.add_argument("--baseline", default=DILOCO_DEFAULT,
                    help="the run label of the published-defaults baseline the comm-bound rows compare with "
                         "(default: %(default)s)")
@@ -542,7 +542,8 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                     priced = []
                     for r in rows:
                         s = step_seconds(compute, model, r["family"], step)
-                        priced.append((price(r, d, s, alpha, beta, collective, dp, BACKWARD_SHARE.get(model, 0.0)), r))
+                        overlap = BACKWARD_SHARE.get(model, 0.0)
+                        priced.append((price(r, d, s, alpha, beta, collective, dp, overlap), r))
                     best = {}
                     for p, r in priced:
                         key = kind(r, tuning_free)
@@ -691,8 +692,9 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
     print(f"  AllReduce: {formula}, β = 8 / (Gb/s · 1e9) s per byte; fabrics (stated): {fab}.")
     print("  time = steps · step + syncs · T(4·d, K) + monitored steps · T(FDA state, K); steps, syncs and monitored steps "
           "from the measured runs (frontier.csv).")
-    print(f"  a message under {SMALL_MESSAGE // 1024} KB (FDA's state): T = ceil(log2 K)·α + n·β (latency-bound tree); "
-          "Synchronous's AllReduce hides behind its backward pass: a step is (1 − b)·step + max(b·step, T), b = "
+    print(f"  a message under {SMALL_MESSAGE // 1024} KB (FDA's state): T = ceil(log2 K)·α + n·β "
+          "(latency-bound tree); Synchronous's AllReduce hides behind its backward pass: a step is "
+          "(1 − b)·step + max(b·step, T), b = "
           + ", ".join(f"{m} {b:g}" for m, b in BACKWARD_SHARE.items()) + " (backward_share.py); the stop check is not "
           "charged.")
     print("  step: 'measured' = this CPU's FedAvg step (scaling.csv); 'N ms' = a stated step of FedAvg's local work; "

@@ -392,8 +392,8 @@ def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
                 gb=(syncs * 2 * k * 4 * d + k * (monitored * 8 + 4)) / 1e9)
     t, got = tta.seconds(auto, d, 0.01, "cross-site-1g")
     assert got == syncs
-    assert t == pytest.approx(600 * 0.01 + syncs * T(4 * d, k, "cross-site-1g") + monitored * tree(8, k, "cross-site-1g")
-                              + tree(4, k, "cross-site-1g"))
+    assert t == pytest.approx(600 * 0.01 + syncs * T(4 * d, k, "cross-site-1g")
+                              + monitored * tree(8, k, "cross-site-1g") + tree(4, k, "cross-site-1g"))
 
 
 def test_time_to_accuracy_names_the_fastest_family_even_when_it_is_the_only_one(tmp_path, capsys):
@@ -498,7 +498,8 @@ def test_time_model_prices_a_run_by_hand_at_a_stated_step_and_model_size():
     assert p.total == pytest.approx(100 * (0.75 * 0.02 + max(0.25 * 0.02, 10e-3)))
     p = tta.price(sync, d, 0.02, alpha, beta, "rabenseifner", d_price=big, backward_share=0.75)
     assert p.total == pytest.approx(100 * 0.02) and p.sync == 0.0  # hidden whole
-    p = tta.price(dict(fedavg, steps="100", gb=100 * model / 1e9), d, 0.02, alpha, beta, d_price=big, backward_share=0.75)
+    periodic = dict(fedavg, steps="100", gb=100 * model / 1e9)
+    p = tta.price(periodic, d, 0.02, alpha, beta, d_price=big, backward_share=0.75)
     assert p.total == pytest.approx(100 * (0.02 + 10e-3))  # a periodic sync waits for the model: no overlap
 
 
