@@ -14,9 +14,21 @@ measured:
   recovered from its measured bytes to the target in the FDA paper's convention
   (``bytes = syncs · 2 · K · 4d + monitored steps · K · state``; ``--theta auto`` leaves its
   first round unmonitored and adds one 4-byte reduction);
-- compute: this CPU's single-threaded time of one local step plus the strategy's own work
-  (FDA's drift, dots, sketch), as ``scaling.py`` measured it (``scaling.csv``);
-- T: the α–β AllReduce time of :func:`cost_model.fabric_allreduce_seconds`.
+- compute: one compute time per step per model for every method: FedAvg's local step as
+  ``scaling.py`` measured it on this CPU, single-threaded (``scaling.csv``), or the stated
+  ``--step-ms``; plus only FDA's own per-step work (LinearFDA's drift and dots, SketchFDA's
+  sketch: scaling.csv's FDA step minus FedAvg's) for the families that do it. Synchronous,
+  FedAvg, DiLoCo do the same local work and are charged the same step;
+- T: the α–β AllReduce time (:mod:`cost_model`; Rabenseifner's 2⌈log2 K⌉·α + 2(K−1)/K·n·β,
+  or ``--collective ring``), except that a message under 64 KB (FDA's 8-byte and 5 KB states,
+  auto's 4-byte calibration reduction) is priced latency-bound, as the tree MPI libraries use
+  for small messages: ⌈log2 K⌉·α + n·β;
+- Synchronous overlaps its model AllReduce with the backward pass, as DDP does: a step costs
+  (1 − b)·compute + max(b·compute, T(4d, K)), b the model's :data:`BACKWARD_SHARE`
+  (``backward_share.py``); a periodic or FDA sync waits for the round's model, no overlap.
+
+Not charged to any method: the stop check (``--stop-check-every``, one 16-byte allgather
+every 10 steps) every run makes alike, which measures the runs, not the methods.
 
 Printed per setting and target: each fabric's fastest run of each family and which family
 is fastest, with its lead. Compute is this machine's CPU; on a GPU it shrinks and the
@@ -61,16 +73,12 @@ FRONTIER_CSVS = ("frontier.csv", "frontier_fabric.csv")
 FABRIC_OUT = os.path.relpath(os.path.join(RESULTS, FRONTIER_CSVS[1].removesuffix(".csv")), REPO_ROOT)
 
 
-def parse(argv=None) -> argparse.Namespace:
-    # usage suppressed: a bad flag is one line on stderr (the problem and its fix), exit 2
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
+def add_pricing_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that choose the runs and how to price them (shared with ``regret.py``)."""
     p.add_argument("--frontier", default=None,
                    help="comma-separated frontier CSVs, read as one (default: frontier.csv and frontier_fabric.csv, the "
                         "--theta-fabric cadences' runs)")
     p.add_argument("--scaling", default=os.path.join(RESULTS, "scaling.csv"))
-    p.add_argument("--markdown", action="store_true",
-                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled times), "
-                        "from the first --frontier CSV (the grids) alone")
     p.add_argument("--step-ms", default="measured,5,20,100",
                    help="step times of the per-row report: 'measured' (this CPU's, scaling.csv) and/or stated "
                         "milliseconds per local step, e.g. 5,20,100 for GPU nodes (default: %(default)s)")
@@ -82,19 +90,11 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--params", default="", metavar="MODEL=COUNT[,...]",
                    help="the parameter count of a model this script cannot build (its runs' syncs are recovered "
                         "with it), e.g. gpt=210000")
-    p.add_argument("--baseline", default=DILOCO_DEFAULT,
-                   help="the run label of the published-defaults baseline the comm-bound rows compare with "
-                        "(default: %(default)s)")
-    p.add_argument("--cadences", action="store_true",
-                   help="print, per setting, the frontier command that runs the (H, m) pairs the rows' 'auto (fabric)' "
-                        "methods ask for and the CSV lacks, and nothing else")
-    p.add_argument("--run-flags-of", metavar="SETTING",
-                   help="print the frontier.py flags a new run of SETTING takes to be scored like the CSVs' runs "
-                        "(--targets, --max-epochs), and nothing else")
-    p.add_argument("--tuning-free", default="linearfda auto (fabric);linearfda auto-once (1 ep)",
-                   help="';'-separated run labels (family and knob as the report prints them) that count as "
-                        "tuning-free FDA (default: %(default)s)")
-    args = p.parse_args(argv)
+
+
+def check_pricing_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reads :func:`add_pricing_flags`' flags into ``args.steps``, ``args.sizes``, ``args.known``
+    and a list ``args.frontier``; a bad value is one line on stderr and exit 2 (``p.error``)."""
     try:
         args.steps = parse_steps(args.step_ms)
         args.sizes = [parse_size(x) for x in (args.model_size or ["actual", "1e7"])]
@@ -112,6 +112,29 @@ def parse(argv=None) -> argparse.Namespace:
     for path in args.frontier:
         if not os.path.exists(path):
             p.error(f"--frontier {path}: no such file; give frontier.py's CSV (benchmarks/results/frontier.csv)")
+
+
+def parse(argv=None) -> argparse.Namespace:
+    # usage suppressed: a bad flag is one line on stderr (the problem and its fix), exit 2
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage=argparse.SUPPRESS)
+    add_pricing_flags(p)
+    p.add_argument("--markdown", action="store_true",
+                   help="print only docs/results.md's regime table (frontier's per-regime rows beside the modelled "
+                        "times), from the first --frontier CSV (the grids) alone")
+    p.add_argument("--baseline", default=DILOCO_DEFAULT,
+                   help="the run label of the published-defaults baseline the comm-bound rows compare with "
+                        "(default: %(default)s)")
+    p.add_argument("--cadences", action="store_true",
+                   help="print, per setting, the frontier command that runs the (H, m) pairs the rows' 'auto (fabric)' "
+                        "methods ask for and the CSV lacks, and nothing else")
+    p.add_argument("--run-flags-of", metavar="SETTING",
+                   help="print the frontier.py flags a new run of SETTING takes to be scored like the CSVs' runs "
+                        "(--targets, --max-epochs), and nothing else")
+    p.add_argument("--tuning-free", default="linearfda auto (fabric);linearfda auto-once (1 ep)",
+                   help="';'-separated run labels (family and knob as the report prints them) that count as "
+                        "tuning-free FDA (default: %(default)s)")
+    args = p.parse_args(argv)
+    check_pricing_flags(p, args)
     args.baseline = args.baseline.strip()
     args.free = tuple(x.strip() for x in args.tuning_free.split(";") if x.strip())
     if not args.free:
@@ -178,32 +201,67 @@ class Priced(NamedTuple):
         return self.compute + self.sync + self.monitor
 
 
+#: Below this many bytes an AllReduce is priced as the latency-bound tree MPI libraries switch to for
+#: small messages (one ⌈log2 K⌉-deep reduction tree, the message sent whole): FDA's 8-byte and 5 KB states.
+SMALL_MESSAGE = 64 * 1024
+
+#: The backward pass's share of a local step (forward + backward + optimizer step), this CPU, one
+#: thread, batch 32: measured by benchmarks/backward_share.py (benchmarks/results/backward_share.txt).
+#: A synchronous step hides its model AllReduce behind this part (DDP's bucketed overlap); a model
+#: not listed gets no overlap.
+BACKWARD_SHARE = {"lenet5": 0.748, "cnn": 0.516, "gpt": 0.635}
+
+
+def allreduce_time(n: float, k: int, alpha: float, beta: float, collective: str = "rabenseifner") -> float:
+    """T(n, K): ``collective``'s α–β time, or for a message under :data:`SMALL_MESSAGE` bytes the
+    latency-bound tree's ⌈log2 K⌉·α + n·β; zero for one rank."""
+    if n < SMALL_MESSAGE:
+        return (math.ceil(math.log2(k)) * alpha + n * beta) if k > 1 else 0.0
+    return COLLECTIVES[collective](n, k, alpha, beta)
+
+
+def overlapped(row: dict) -> bool:
+    """Whether ``row``'s model AllReduce overlaps its backward pass: a run that averages gradients
+    every step (Synchronous; the one-step horizon of ``auto (fabric)`` is Synchronous's run). A
+    periodic or FDA sync averages the models after a round and waits for them: no overlap."""
+    return row["family"] == "synchronous"
+
+
 def price(row: dict, d: int, step_s: float, alpha: float, beta: float, collective: str = "rabenseifner",
-          d_price: int | None = None) -> Priced:
+          d_price: int | None = None, backward_share: float = 0.0) -> Priced:
     """``row``'s time to its target: steps · step_s + syncs · T(4·d_price, K) + monitored · T(state, K)
-    (+ T(4 B, K) once for auto's calibration reduction), T the ``collective``'s α–β time.
+    (+ T(4 B, K) once for auto's calibration reduction), T the ``collective``'s α–β time
+    (:func:`allreduce_time`: a small message latency-bound).
 
     The syncs are recovered from the run's measured bytes with the model it ran (``d``
     parameters); ``d_price`` (default ``d``) prices them as if the model had that many (the
-    same curves, a bigger message): a stated model size, not a measured one."""
-    allreduce = COLLECTIVES[collective]
+    same curves, a bigger message): a stated model size, not a measured one. A run that syncs
+    every step (:func:`overlapped`) hides each AllReduce behind the ``backward_share`` of its
+    step: a step costs (1 − b)·step_s + max(b·step_s, T), so ``sync`` holds only the exposed
+    part, steps · max(0, T − b·step_s)."""
     k, steps, total = int(row["workers"]), float(row["steps"]), float(row["gb"]) * 1e9
     state = state_bytes(row["family"])
     monitored, extra = monitored_steps(row) if state else (0, 0)
     syncs = round((total - k * (monitored * state + extra)) / (2 * k * 4 * d))
     if syncs < 0:
         raise ValueError(f"{row['run_files']}: {total:.0f} bytes to the target cannot hold {monitored} monitored steps")
-    sync = syncs * allreduce(4 * (d_price or d), k, alpha, beta)
+    t_sync = allreduce_time(4 * (d_price or d), k, alpha, beta, collective)
+    if overlapped(row) and backward_share:
+        sync = syncs * max(0.0, t_sync - backward_share * step_s)
+    else:
+        sync = syncs * t_sync
     monitor = 0.0
     if state:
-        monitor = monitored * allreduce(state, k, alpha, beta) + (allreduce(extra, k, alpha, beta) if extra else 0.0)
+        monitor = monitored * allreduce_time(state, k, alpha, beta, collective) + (
+            allreduce_time(extra, k, alpha, beta, collective) if extra else 0.0)
     return Priced(steps * step_s, sync, monitor, steps, syncs, monitored)
 
 
 def seconds(row: dict, d: int, compute: float, fabric: str) -> tuple[float, int]:
     """(wall seconds to the target on ``fabric``, model AllReduces to the target)."""
     f = FABRICS[fabric]
-    p = price(row, d, compute, *fabric_alpha_beta(f.gbps, f.latency_us))
+    p = price(row, d, compute, *fabric_alpha_beta(f.gbps, f.latency_us),
+              backward_share=BACKWARD_SHARE.get(row.get("model", ""), 0.0))
     return p.total, p.syncs
 
 
@@ -214,7 +272,7 @@ def fastest(rows: list[dict], d: int, compute: dict[tuple[str, str], float]) -> 
     for fabric in FABRICS:
         best: dict[str, tuple[float, dict, int]] = {}
         for r in rows:
-            c = measured_step(compute, r["model"], r["family"])  # fedavg-sgd: FedAvg's step (Adam's, measured)
+            c = measured_step(compute, r["model"], r["family"])  # FedAvg's step, + FDA's own work
             t, syncs = seconds(r, d, c, fabric)
             if r["family"] not in best or t < best[r["family"]][0]:
                 best[r["family"]] = (t, r, syncs)
@@ -282,24 +340,33 @@ def run_label(row: dict) -> str:
 
 
 def measured_step(compute: dict[tuple[str, str], float], model: str, family: str) -> float | None:
-    """This CPU's seconds for one local step of ``family`` on ``model`` (scaling.csv): a family
-    scaling.py did not measure (fedavg-sgd, diloco, ...) does FedAvg's local work, so it takes
-    FedAvg's step; None where the model was not measured at all."""
-    for key in (family.partition("-")[0], "fedavg"):
-        if (model, key) in compute:
-            return compute[model, key]
-    return None
+    """This CPU's seconds for one local step of ``family`` on ``model``: FedAvg's measured local
+    step (scaling.csv) plus the family's own extra work where it has some (:func:`own_work`);
+    None where FedAvg's step on the model was not measured."""
+    base = compute.get((model, "fedavg"))
+    return None if base is None else base + own_work(compute, model, family)
+
+
+def own_work(compute: dict[tuple[str, str], float], model: str, family: str) -> float:
+    """Seconds per step of FDA's own work on top of FedAvg's local step (LinearFDA's drift and
+    dot products, SketchFDA's sketch; a rule under FDA's trigger, ``diloco+linear``, does the
+    same), as scaling.csv measured it (its step minus FedAvg's); 0 for every other family:
+    Synchronous, FedAvg, DiLoCo do the same local work, so they are charged the same compute."""
+    trigger = "linearfda" if family.endswith("+linear") else "sketchfda" if family.endswith("+sketch") else family
+    if trigger not in FDA or (model, trigger) not in compute or (model, "fedavg") not in compute:
+        return 0.0
+    return max(0.0, compute[model, trigger] - compute[model, "fedavg"])
 
 
 def step_seconds(compute: dict[tuple[str, str], float], model: str, family: str, stated: float | None) -> float | None:
-    """The compute of one local step: this CPU's measured one (``stated`` None), or ``stated``
-    seconds for FedAvg's local step with each strategy's own work (FDA's drift, dots, sketch)
-    kept at its measured ratio to FedAvg's step; ``stated`` itself where nothing was measured."""
-    own = measured_step(compute, model, family)
+    """The compute of one local step, the same for every family but for FDA's own work: this
+    CPU's FedAvg step (``stated`` None) or ``stated`` seconds of FedAvg's local step, plus FDA's
+    drift/sketch work (kept at its measured ratio to FedAvg's step when the step is stated);
+    ``stated`` itself where nothing was measured."""
     if stated is None:
-        return own
-    base = measured_step(compute, model, "fedavg")
-    return stated * own / base if own and base else stated
+        return measured_step(compute, model, family)
+    base = compute.get((model, "fedavg"))
+    return stated * (1 + own_work(compute, model, family) / base) if base else stated
 
 
 def kind(row: dict, tuning_free: tuple[str, ...]) -> str:
@@ -471,11 +538,12 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                     sync_step = step_seconds(compute, model, "synchronous", step)
                     if sync_step is None:
                         continue
-                    comm = COLLECTIVES[collective](4 * dp, k, alpha, beta)
+                    comm = allreduce_time(4 * dp, k, alpha, beta, collective)
                     priced = []
                     for r in rows:
                         s = step_seconds(compute, model, r["family"], step)
-                        priced.append((price(r, d, s, alpha, beta, collective, dp), r))
+                        overlap = BACKWARD_SHARE.get(model, 0.0)
+                        priced.append((price(r, d, s, alpha, beta, collective, dp, overlap), r))
                     best = {}
                     for p, r in priced:
                         key = kind(r, tuning_free)
@@ -624,8 +692,13 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
     print(f"  AllReduce: {formula}, β = 8 / (Gb/s · 1e9) s per byte; fabrics (stated): {fab}.")
     print("  time = steps · step + syncs · T(4·d, K) + monitored steps · T(FDA state, K); steps, syncs and monitored steps "
           "from the measured runs (frontier.csv).")
-    print("  step: 'measured' = this CPU's step (scaling.csv); 'N ms' = a stated step of FedAvg's local work, each "
-          "strategy's own work at its measured ratio to it.")
+    print(f"  a message under {SMALL_MESSAGE // 1024} KB (FDA's state): T = ceil(log2 K)·α + n·β "
+          "(latency-bound tree); Synchronous's AllReduce hides behind its backward pass: a step is "
+          "(1 − b)·step + max(b·step, T), b = "
+          + ", ".join(f"{m} {b:g}" for m, b in BACKWARD_SHARE.items()) + " (backward_share.py); the stop check is not "
+          "charged.")
+    print("  step: 'measured' = this CPU's FedAvg step (scaling.csv); 'N ms' = a stated step of FedAvg's local work; "
+          "the same for every method, FDA's own work added at its measured ratio to it.")
     print("  d: the parameters priced per model AllReduce; a d other than the model's own prices its measured curves as "
           "if the model were that size (stated, not measured).")
     print(f"  tuned: Synchronous, every FedAvg τ, every tuned Θ of LinearFDA/SketchFDA and any other family's grid in the "
@@ -691,37 +764,46 @@ def row_report(rows: list[dict], collective: str, baseline: str = DILOCO_DEFAULT
 
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    compute = compute_per_step(args.scaling)
+def load_runs(paths: list[str], free: tuple[str, ...], known: dict[str, int], say=print
+              ) -> tuple[list[dict], list[dict], set, dict[str, int]]:
+    """The frontier CSVs at ``paths`` read as one: (every run, the runs that reached their target
+    and whose model's size is known, the (setting, family, (H, m)) cadences that ran for each
+    ``FAMILY auto (fabric)`` label of ``free``, model → parameter count: ``known``, else built
+    here). What is left out is said through ``say``."""
     every_run = []
-    if args.markdown:  # docs/results.md's regime table is the grids' (issue 24's bytes frontier), not the cadence runs'
-        args.frontier = args.frontier[:1]
-    for path in args.frontier:
+    for path in paths:
         with open(path, newline="") as fh:
             every_run += [dict(r, knob=frontier_analysis.current_knob(r["knob"])) for r in csv.DictReader(fh)]
     stale = {r["run_files"] for r in every_run if before_the_limit(r)}
     if stale:  # said, not silently dropped
-        print(f"note: {len(stale)} cadence runs at H = 1 left out: they ran before a one-step horizon became the "
-              "synchronous limit (fdahpc.theta); under the plain mean Synchronous's run stands for that cadence")
+        say(f"note: {len(stale)} cadence runs at H = 1 left out: they ran before a one-step horizon became the "
+            "synchronous limit (fdahpc.theta); under the plain mean Synchronous's run stands for that cadence")
         every_run = [r for r in every_run if r["run_files"] not in stale]
     runs = [r for r in every_run if r["reached"] == "True"]
-    families = [label[:-len(FABRIC_AUTO)] for label in args.free if label.endswith(FABRIC_AUTO)]
+    families = [label[:-len(FABRIC_AUTO)] for label in free if label.endswith(FABRIC_AUTO)]
     ran = {(r["setting"], family, rule_cadence(r, family)) for r in every_run for family in families
            if rule_cadence(r, family)}
     params: dict[str, int] = {}
     for model in dict.fromkeys(r["model"] for r in runs):
-        if model in args.known:
-            params[model] = args.known[model]
+        if model in known:
+            params[model] = known[model]
             continue
         try:
             params[model] = model_params(model)
         except Exception as exc:  # a model this script cannot build: its rows are left out, and said so
-            print(f"note: {model}'s runs left out: its parameter count is unknown here ({exc}); give it with --params")
-    for model in args.known:
+            say(f"note: {model}'s runs left out: its parameter count is unknown here ({exc}); give it with --params")
+    for model in known:
         if model not in params:
-            print(f"note: --params {model}: no run of that model reached a target in the CSV")
-    runs = [r for r in runs if r["model"] in params]
+            say(f"note: --params {model}: no run of that model reached a target in the CSV")
+    return every_run, [r for r in runs if r["model"] in params], ran, params
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    compute = compute_per_step(args.scaling)
+    if args.markdown:  # docs/results.md's regime table is the grids' (issue 24's bytes frontier), not the cadence runs'
+        args.frontier = args.frontier[:1]
+    every_run, runs, ran, params = load_runs(args.frontier, args.free, args.known)
     if args.run_flags_of:
         print(run_flags(args.run_flags_of, every_run))
         return 0

@@ -371,9 +371,14 @@ def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path,
 
 def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
     import time_to_accuracy as tta
+    from cost_model import FABRICS, fabric_alpha_beta
     from cost_model import fabric_allreduce_seconds as T
 
-    d, k, steps, syncs = 1000, 4, 100, 3
+    def tree(n, k, fabric):  # a message under 64 kB: latency-bound, ceil(log2 K)·α + n·β
+        alpha, beta = fabric_alpha_beta(FABRICS[fabric].gbps, FABRICS[fabric].latency_us)
+        return math.ceil(math.log2(k)) * alpha + n * beta
+
+    d, k, steps, syncs = 20_000, 4, 100, 3  # an 80 kB model: Rabenseifner's time
     fedavg = dict(workers=k, steps=steps, gb=syncs * 2 * k * 4 * d / 1e9, family="fedavg", auto="False", knob="1 ep",
                   run_files="x")
     t, got = tta.seconds(fedavg, d, 0.01, "ethernet-10g")
@@ -387,8 +392,8 @@ def test_time_to_accuracy_recovers_the_syncs_and_prices_them_on_a_fabric():
                 gb=(syncs * 2 * k * 4 * d + k * (monitored * 8 + 4)) / 1e9)
     t, got = tta.seconds(auto, d, 0.01, "cross-site-1g")
     assert got == syncs
-    assert t == pytest.approx(600 * 0.01 + syncs * T(4 * d, k, "cross-site-1g") + monitored * T(8, k, "cross-site-1g")
-                              + T(4, k, "cross-site-1g"))
+    assert t == pytest.approx(600 * 0.01 + syncs * T(4 * d, k, "cross-site-1g")
+                              + monitored * tree(8, k, "cross-site-1g") + tree(4, k, "cross-site-1g"))
 
 
 def test_time_to_accuracy_names_the_fastest_family_even_when_it_is_the_only_one(tmp_path, capsys):
@@ -470,12 +475,14 @@ def test_time_model_prices_a_run_by_hand_at_a_stated_step_and_model_size():
     assert (p.syncs, p.steps, p.monitored) == (5, 400.0, 0)
     assert p.compute == pytest.approx(8.0) and p.sync == pytest.approx(5 * (6e-3 + 6e-3)) and p.monitor == 0.0
     assert p.total == pytest.approx(8.0 + 0.06)
-    # LinearFDA with a tuned Θ: every step reduces its 8-byte state (ring: 6 α + 1.5 · 8 B · β each)
+    # LinearFDA with a tuned Θ: every step reduces its 8-byte state, a small message: latency-bound
+    # (ceil(log2 4) α + 8 B · β each, not the ring's 6 α + 1.5 · 8 B · β); so is a 4 kB model (d = 1000)
     fda = dict(fedavg, family="linearfda", knob="Θ=2", gb=(3 * model + k * 400 * 8) / 1e9)
     p = tta.price(fda, d, 0.02, alpha, beta, "ring")
     assert p.syncs == 3 and p.monitored == 400
-    assert p.monitor == pytest.approx(400 * (6e-3 + 12e-9))
-    assert p.sync == pytest.approx(3 * (6e-3 + 1.5 * 4000 * 1e-9))
+    assert p.monitor == pytest.approx(400 * (2e-3 + 8e-9))
+    assert p.sync == pytest.approx(3 * (2e-3 + 4000 * 1e-9))
+    assert tta.allreduce_time(64 * 1024, k, alpha, beta, "ring") == pytest.approx(6e-3 + 1.5 * 65536e-9)
     # '--fda-every 4' in a knob: one step in four is checked
     every = dict(fda, knob="Θ=2, every 4", gb=(3 * model + k * 100 * 8) / 1e9)
     assert tta.price(every, d, 0.02, alpha, beta).monitored == 100
@@ -483,14 +490,27 @@ def test_time_model_prices_a_run_by_hand_at_a_stated_step_and_model_size():
     auto = dict(fda, knob="auto (1 ep)", auto="True", steps="600", gb=(3 * model + k * (131 * 8 + 4)) / 1e9)
     p = tta.price(auto, d, 0.01, alpha, beta, "rabenseifner")
     assert p.monitored == 131 and p.syncs == 3
-    assert p.monitor == pytest.approx(131 * (4e-3 + 1.5 * 8e-9) + (4e-3 + 1.5 * 4e-9))
+    assert p.monitor == pytest.approx(131 * (2e-3 + 8e-9) + (2e-3 + 4e-9))
+    # Synchronous hides each AllReduce behind the backward share b of its step: (1 − b)·step + max(b·step, T)
+    sync = dict(fedavg, family="synchronous", knob="", steps="100", gb=100 * model / 1e9)
+    big = 10**6  # T(4 MB, 4) = 4 ms + 1.5 · 4e6 B · 1 ns = 10 ms
+    p = tta.price(sync, d, 0.02, alpha, beta, "rabenseifner", d_price=big, backward_share=0.25)
+    assert p.total == pytest.approx(100 * (0.75 * 0.02 + max(0.25 * 0.02, 10e-3)))
+    p = tta.price(sync, d, 0.02, alpha, beta, "rabenseifner", d_price=big, backward_share=0.75)
+    assert p.total == pytest.approx(100 * 0.02) and p.sync == 0.0  # hidden whole
+    periodic = dict(fedavg, steps="100", gb=100 * model / 1e9)
+    p = tta.price(periodic, d, 0.02, alpha, beta, d_price=big, backward_share=0.75)
+    assert p.total == pytest.approx(100 * (0.02 + 10e-3))  # a periodic sync waits for the model: no overlap
 
 
 def test_time_model_step_is_measured_or_stated_with_each_strategys_own_share():
     import time_to_accuracy as tta
 
-    compute = {("m", "fedavg"): 0.004, ("m", "linearfda"): 0.005, ("m", "synchronous"): 0.004}
-    assert tta.step_seconds(compute, "m", "linearfda", None) == 0.005  # measured: this CPU's own
+    compute = {("m", "fedavg"): 0.004, ("m", "linearfda"): 0.005, ("m", "synchronous"): 0.0042}
+    assert tta.step_seconds(compute, "m", "linearfda", None) == 0.005  # measured: FedAvg's step + FDA's own work
+    assert tta.step_seconds(compute, "m", "synchronous", None) == 0.004  # the same local work: FedAvg's step
+    assert tta.step_seconds(compute, "m", "synchronous", 0.020) == 0.020
+    assert tta.step_seconds(compute, "m", "diloco+linear", 0.020) == pytest.approx(0.025)  # LinearFDA's trigger
     assert tta.step_seconds(compute, "m", "linearfda", 0.020) == pytest.approx(0.025)  # FDA's work keeps its +25 %
     assert tta.step_seconds(compute, "m", "fedavg", 0.020) == pytest.approx(0.020)
     assert tta.step_seconds(compute, "m", "diloco", 0.020) == pytest.approx(0.020)  # not measured: FedAvg's local work
@@ -516,7 +536,7 @@ def test_time_model_rows_name_the_fastest_the_best_tuned_and_the_comm_bound_fami
     import time_to_accuracy as tta
     from cost_model import FABRICS, fabric_alpha_beta
 
-    d, k = 1000, 4
+    d, k = 20_000, 4  # an 80 kB model: Rabenseifner's time; FDA's state a small message
     model = 2 * k * 4 * d
     base = dict(setting="s", model="m", workers=str(k), target="0.9", run_files="x", auto="False")
     runs = [dict(base, family="synchronous", knob="", steps="100", gb=100 * model / 1e9),
@@ -531,7 +551,7 @@ def test_time_model_rows_name_the_fastest_the_best_tuned_and_the_comm_bound_fami
     assert len(rows) == 2
     measured, stated = rows
     a, b = fabric_alpha_beta(FABRICS["cross-site-1g"].gbps, FABRICS["cross-site-1g"].latency_us)
-    t = lambda n: 4 * a + 1.5 * n * b  # noqa: E731  (Rabenseifner at K = 4)
+    t = lambda n: 4 * a + 1.5 * n * b if n >= 65536 else 2 * a + n * b  # noqa: E731  (K = 4; small: a tree)
     # by hand at 10 ms a step: Synchronous 1 s + 100 syncs; FedAvg 3 s + 3 syncs; Θ=2 2 s + 2 syncs + 200 checks
     sync, fedavg, theta = 1 + 100 * t(4 * d), 3 + 3 * t(4 * d), 2 + 2 * t(4 * d) + 200 * t(8)
     free = 2.5 + 2 * t(4 * d) + 62 * t(8) + t(4)  # 0.4 ep = round(187.6) = 188 unchecked steps
@@ -600,9 +620,11 @@ def test_time_to_accuracy_prices_a_model_it_cannot_build_from_params_at_stated_s
                                       and "cross-site" in line)
     # by hand with the Rabenseifner schedule, T(800 kB, 4) = 2·2·α + 1.5 · 800 kB · β: on 10 Gb/s Synchronous
     # (100 · 0.02 + 100 · T) beats FedAvg (120 · 0.02 + 12 · T); across sites FedAvg wins
-    t = 4 * 25e-6 + 1.5 * 4 * d * 0.8e-9
-    assert 100 * 0.02 + 100 * t < 120 * 0.02 + 12 * t
-    assert f"synchronous {100 * 0.02 + 100 * t:.1f}" in next(r for r in rows if "ethernet-10g" in r)
+    # (100 steps, each (1 − b)·0.02 + max(b·0.02, T): T = 1.06 ms hides behind the backward pass) beats FedAvg
+    # (120 · 0.02 + 12 · T); across sites FedAvg wins
+    t, b = 4 * 25e-6 + 1.5 * 4 * d * 0.8e-9, tta.BACKWARD_SHARE["gpt"]
+    assert t < b * 0.02 and 100 * 0.02 < 120 * 0.02 + 12 * t
+    assert f"synchronous {100 * 0.02:.1f}" in next(r for r in rows if "ethernet-10g" in r)
     t = 4 * 10e-3 + 1.5 * 4 * d * 8e-9
     assert f"fedavg 10 steps {120 * 0.02 + 12 * t:.1f}" in next(r for r in rows if "cross-site-1g" in r)
 
@@ -863,7 +885,7 @@ def test_time_model_fabric_auto_takes_each_rows_own_cadence():
     rows = tta.time_rows([mine, other, sync], {"m": d}, compute, [None], [None], fabrics=("cross-site-1g", "ethernet-10g"),
                          tuning_free=("linearfda auto (fabric)", "diloco+linear auto (fabric)"), ran=ran, missing=missing)
     a, b = fabric_alpha_beta(FABRICS["cross-site-1g"].gbps, FABRICS["cross-site-1g"].latency_us)
-    t = lambda n: 4 * a + 1.5 * n * b  # noqa: E731
+    t = lambda n: 4 * a + 1.5 * n * b if n >= 65536 else 2 * a + n * b  # noqa: E731  (small: a latency-bound tree)
     # on 10 Gb/s a 10 ms step asks for H = 1, m = 1: the synchronous limit, so Synchronous's run is the rule's there
     fast = [r for r in rows if r["fabric"] == "ethernet-10g" and r["method"] == "linearfda auto (fabric)"]
     assert len(fast) == 1 and fast[0]["cadence"] == (1, 1) and fast[0]["free_s"] == fast[0]["sync_s"]
