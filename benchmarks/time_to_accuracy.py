@@ -561,10 +561,13 @@ def time_rows(runs: list[dict], params: dict[str, int], compute: dict[tuple[str,
                         if label.endswith(FABRIC_AUTO):  # this row's own run of the rule
                             family = label[:-len(FABRIC_AUTO)]
                             rule = [(p, r, rule_cadence(r, family)) for p, r in priced]
-                            # the best of every cadence run in this row: what no horizon rule beats
-                            hindsight = min(((p.total, cad) for p, _, cad in rule if cad), default=None)
-                            # the best of every run of the family (a tuned Θ too) and of the rule: what no Θ rule beats
-                            any_run = min((p.total for p, r, cad in rule if cad or r["family"] == family), default=None)
+                            # the best of the family's own cadence runs in this row: what no horizon rule beats
+                            # (a method counts only as itself: Synchronous's run stands in for the rule's own
+                            # one-step horizon below, bit for bit its run, but is no candidate in hindsight)
+                            own = [(p, r, cad) for p, r, cad in rule if r["family"] == family]
+                            hindsight = min(((p.total, cad) for p, _, cad in own if cad), default=None)
+                            # the best of every run of the family (a tuned Θ too): what no Θ rule beats
+                            any_run = min((p.total for p, _, _ in own), default=None)
                             want = cadence(dp, k, f.gbps, f.latency_us, step_seconds(compute, model, "fedavg", step), family)
                             free = min(((p, r) for p, r, cad in rule if cad == want), key=lambda x: x[0].total, default=None)
                             if free is None and (setting, family, want) not in ran:

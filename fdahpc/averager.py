@@ -23,10 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from .choices import unknown
 from .comm import make_communicator
 from .params import FlatParams
 from .renamed import take_old
-from .options import LRScheduleOptions, option_names
+from .options import LRScheduleOptions, option_names, refuse_together
 from .strategies import PRESETS, build_strategy, option_names_of, strategy_options
 
 __all__ = ["ModelAverager"]
@@ -59,7 +60,7 @@ class ModelAverager:
                  num_samples: int = 1, seed: int = 0, optimizer: torch.optim.Optimizer | None = None,
                  total_steps: int | None = None, **options: Any) -> None:
         if strategy not in PRESETS:
-            raise ValueError(f"strategy {strategy!r}: unknown; choose one of {', '.join(PRESETS)}")
+            raise unknown("strategy", strategy, PRESETS)
         for line in take_old(options, "ModelAverager", "keyword"):  # sync= is trigger='s old name
             warnings.warn(line, DeprecationWarning, stacklevel=2)
         trigger = options.pop("trigger", None)
@@ -67,6 +68,7 @@ class ModelAverager:
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"option {unknown[0]!r}: unknown for {strategy}; it takes {', '.join(sorted(known | {'trigger'}))}")
+        refuse_together(options)
         parts = strategy_options(strategy, trigger, options)  # checked before anything is built
         self.optimizer = optimizer
         self.schedule, self.peaks = None, ()

@@ -83,7 +83,8 @@ def build_parser(prog: str = "python -m fdahpc.train", extensions: dict | None =
         group = p.add_argument_group(family)
         for f in (by_name[n] for n in names):
             flag = "--" + f.name.replace("_", "-")
-            helptext = f"{f.metadata['help']} (default: {_shown_default(f)})"
+            shown = _shown_default(f)  # None: the help says where the default comes from
+            helptext = f.metadata["help"] + ("" if shown is None else f" (default: {shown})")
             if f.type in ("bool", bool):
                 group.add_argument(flag, action="store_true", help=helptext)
             else:

@@ -19,6 +19,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .choices import unknown
 from .options import HELP, TextModelOptions, betas_value, theta_value
 from .renamed import RENAMED_OPTIONS
 
@@ -238,7 +239,8 @@ RESUMABLE = frozenset(f.name for f in OPTION_FIELDS if f.metadata["resumable"])
 
 def one_of(name: str, value: str, choices) -> None:
     """``ValueError`` naming the flag and the choices unless ``value`` is one of them."""
-    _require(value in choices, f"{name} {value!r}: unknown; choose one of {', '.join(choices)}")
+    if value not in choices:
+        raise unknown(name, value, choices)
 
 
 def _require(ok: bool, msg: str) -> None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .choices import unknown
+
 __all__ = ["SCHEDULES", "LRSchedule"]
 
 #: ``--lr-schedule``'s choices.
@@ -43,7 +45,7 @@ class LRSchedule:
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
-            raise ValueError(f"--lr-schedule {self.kind!r}: unknown; choose one of {', '.join(SCHEDULES)}")
+            raise unknown("--lr-schedule", self.kind, SCHEDULES)
         if self.total_steps is not None and self.warmup_steps > self.total_steps:
             raise ValueError(f"--lr-warmup-steps {self.warmup_steps}: longer than the run's {self.total_steps} steps "
                              f"(semiasync: --rounds); give at most {self.total_steps} or lengthen the run")

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .choices import unknown
 from .options import TextModelOptions
 from .user import call, one_line
 
@@ -257,7 +258,7 @@ def build_model(name: str, in_channels: int, image_size: int, num_classes: int) 
     if name in TEXT_MODELS:
         raise ValueError(f"model {name!r}: a character model; build it with build_text_model (--dataset shakespeare)")
     if name not in _BUILDERS:
-        raise ValueError(f"model {name!r}: unknown; choose one of {', '.join(MODELS)}")
+        raise unknown("model", name, MODELS)
     builder, min_size, glorot = _BUILDERS[name]
     if not isinstance(in_channels, int) or in_channels < 1:
         raise ValueError(f"in_channels {in_channels!r}: must be an integer >= 1 (1 for MNIST, 3 for CIFAR)")

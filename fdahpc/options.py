@@ -19,12 +19,13 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from .choices import unknown
 from .lr_schedule import SCHEDULES, LRSchedule
 from .theta import fabric_value
 
 __all__ = ["NoOptions", "ThresholdOptions", "FDAOptions", "SketchFDAOptions", "PeriodicOptions", "MeanOptions",
            "FedAvgMOptions", "DiLoCoOptions", "FedAdamOptions", "FedAdpOptions", "SamplingOptions", "WarmupOptions",
-           "LRScheduleOptions", "QSROptions", "SketchShape", "options_from",
+           "LRScheduleOptions", "QSROptions", "SketchShape", "options_from", "EXCLUSIVE", "refuse_together",
            "theta_value", "THETA_AUTO", "betas_value", "option_names", "TextModelOptions", "HELP"]
 
 
@@ -220,8 +221,8 @@ class MeanOptions:
                                    "FedAvg); semiasync: fedavg and fedsgd only")
 
     def __post_init__(self) -> None:
-        _require(self.weighting in WEIGHTINGS,
-                 f"--weighting {self.weighting!r}: unknown; choose one of {', '.join(WEIGHTINGS)}")
+        if self.weighting not in WEIGHTINGS:
+            raise unknown("--weighting", self.weighting, WEIGHTINGS)
 
 
 @dataclass(frozen=True)
@@ -283,8 +284,8 @@ class FedAdpOptions:
     fedadp_angles: str = _o("exact", 'sync, fedadp: angles exact (2 full AllReduces a round) or sketch (1)')
 
     def __post_init__(self) -> None:  # α's range is FedAdpWeights' own to check
-        _require(self.fedadp_angles in ANGLE_MODES,
-                 f"--fedadp-angles {self.fedadp_angles!r}: unknown; choose one of {', '.join(ANGLE_MODES)}")
+        if self.fedadp_angles not in ANGLE_MODES:
+            raise unknown("--fedadp-angles", self.fedadp_angles, ANGLE_MODES)
 
 
 @dataclass(frozen=True)
@@ -324,15 +325,16 @@ class LRScheduleOptions:
 
     lr_schedule: str = _o("constant", "the local learning rate's course: constant, cosine or linear (from --lr down to "
                                       "--lr-floor x --lr at the run's last step; semiasync: over --rounds, a job "
-                                      "training at the rate of the global version it starts from)")
+                                      "training at the rate of the global version it starts from); --strategy qsr: "
+                                      "cosine")
     lr_warmup_steps: int = _o(0, "a linear learning-rate warm-up from --lr/N to --lr over the first N steps "
                                  "(semiasync: aggregations); not --warmup-steps, post-local SGD's sync warm-up")
     lr_floor: float = _o(0.0, "the learning rate --lr-schedule cosine or linear ends at, as a fraction of --lr "
                               "(nanoGPT: 0.1)")
 
     def __post_init__(self) -> None:
-        _require(self.lr_schedule in SCHEDULES,
-                 f"--lr-schedule {self.lr_schedule!r}: unknown; choose one of {', '.join(SCHEDULES)}")
+        if self.lr_schedule not in SCHEDULES:
+            raise unknown("--lr-schedule", self.lr_schedule, SCHEDULES)
         _require(isinstance(self.lr_warmup_steps, int) and not isinstance(self.lr_warmup_steps, bool)
                  and self.lr_warmup_steps >= 0,
                  f"--lr-warmup-steps {self.lr_warmup_steps}: must be an integer >= 0 (0: no warm-up), e.g. 100")
@@ -368,6 +370,19 @@ class QSROptions:
                  and self.qsr_h_base >= 1, f"--qsr-h-base {self.qsr_h_base}: must be an integer >= 1, e.g. 4")
         if self.qsr_alpha is not None:
             _positive("qsr_alpha", self.qsr_alpha, 0.0175)
+
+
+#: Options that set the same thing: given together, they are refused (:func:`refuse_together`).
+#: (Pairs whose defaults are both None are checked by their options class instead.)
+EXCLUSIVE = {("tau", "local_epochs"): "a local job's length, in steps or in epochs"}
+
+
+def refuse_together(given) -> None:
+    """``ValueError`` (one line) when ``given`` (the option names a user gave) holds both of
+    an :data:`EXCLUSIVE` pair."""
+    for (a, b), what in EXCLUSIVE.items():
+        if a in given and b in given:
+            raise ValueError(f"--{a.replace('_', '-')} and --{b.replace('_', '-')}: both set {what}; give one")
 
 
 def option_names(cls: type) -> tuple[str, ...]:

@@ -35,13 +35,14 @@ import numpy as np
 import torch
 
 from . import checkpoint, provenance
+from .choices import unknown
 from .comm import BACKENDS, DEVICES, env_rank
 from .config import COMMON, DEFAULTS_FROM, TrainConfig, one_of, text_options
 from .control import Diverged, stopped
 from .data import TEXT_DATASETS, check_dataset, load_dataset, parse_partition
 from .metrics import open_run_file
 from .models import MODELS, TEXT_MODELS, build_model, build_own_model, build_text_model
-from .options import option_names
+from .options import option_names, refuse_together
 from .renamed import current_options
 from .user import REF_FORM, is_ref
 from .worker import OPTIMIZERS, check_clip
@@ -111,6 +112,7 @@ class Mode:
                     raise ValueError(f"--strategy {cfg.strategy}: {other.noun}; add --mode {other.name} or choose one "
                                      f"of {', '.join(self.strategies())}")
         one_of("--strategy", cfg.strategy, self.strategies())
+        refuse_together(cfg.given)
         return None
 
     def layout(self, config: dict, world_size: int) -> dict[str, Any]:
@@ -270,8 +272,7 @@ def check_names(c: TrainConfig) -> None:
     (``module.path:function``) is only named here; it is imported and called at setup, on
     every rank (:mod:`fdahpc.user`), never when a run file's options are read back."""
     if c.model not in MODELS and not is_ref(c.model):
-        raise ValueError(f"--model {c.model!r}: unknown; choose one of {', '.join(MODELS)} or your own {REF_FORM} "
-                         "(docs/own-model.md)")
+        raise unknown("--model", c.model, MODELS, f" or your own {REF_FORM} (docs/own-model.md)")
     try:
         check_dataset(c.dataset)
     except ValueError as exc:
@@ -332,7 +333,7 @@ def refuse_unread(plan: Plan) -> None:
 def mode_of(name: str) -> Mode:
     """The :class:`Mode` object of ``--mode name``."""
     if name not in MODES:
-        raise ValueError(f"--mode {name!r}: unknown; choose one of {', '.join(MODES)}")
+        raise unknown("--mode", name, MODES)
     return importlib.import_module(MODES[name]).MODE
 
 

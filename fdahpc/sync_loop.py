@@ -17,6 +17,7 @@ import torch
 from . import faults
 from .control import Diverged, agree
 from .data import partition
+from .decide import reached, step_plan
 from .evaluate import Evaluator
 from .lr_schedule import LRSchedule
 from .options import LRScheduleOptions, SamplingOptions, SketchShape, WarmupOptions, option_names
@@ -27,7 +28,7 @@ from .strategies import (PRESETS, RULES, STRATEGIES, TRIGGERS, StrategyOptions, 
                          strategy_options, trigger_of)
 from .worker import BatchStream, local_steps, make_optimizer
 
-__all__ = ["MODE", "SyncMode", "SyncJob", "reached"]
+__all__ = ["MODE", "SyncMode", "SyncJob"]
 
 log = logging.getLogger("fdahpc")
 
@@ -166,16 +167,6 @@ MODE = SyncMode()
 #: What ``eval/accuracy`` scores and what the run ends on, said in its run file.
 EVALUATED_MODEL = ("held: the rule applied to a synchronization forced at the evaluated step (eval/held_bytes: its "
                    "cost, 0 when the step synchronized); the run ends with that synchronization (result final_sync)")
-
-
-def reached(cfg, accuracy: float, loss: float) -> bool:
-    """Whether an evaluation meets the run's targets: ``--target-accuracy`` (accuracy >= it)
-    and ``--target-loss`` (mean test cross-entropy <= it); with both given, both must hold.
-    False when neither is given."""
-    targets = [accuracy >= cfg.target_accuracy] if cfg.target_accuracy is not None else []
-    if cfg.target_loss is not None:
-        targets.append(loss <= cfg.target_loss)
-    return bool(targets) and all(targets)
 
 
 @dataclass
@@ -329,9 +320,11 @@ class SyncJob(Job):
                          progress.running_loss / cfg.log_every, strategy.syncs, strategy.comm_bytes() / 1e9)
                 progress.running_loss = 0.0
             progress.step = step
-            last = step == self.total_steps
+            due = step_plan(step, total=self.total_steps, steps_per_epoch=self.steps_per_epoch, eval_every=cfg.eval_every,
+                            check_every=cfg.stop_check_every, checkpoint_every=cfg.checkpoint_every,
+                            checkpointing=cfg.checkpoint_dir is not None)
             verdict = None
-            if step % cfg.stop_check_every == 0 or last:
+            if due.check:
                 if diverged_at is None and not bool(torch.isfinite(self.flat.w).all()):
                     diverged_at = step
                 verdict = agree(comm, stop is not None and stop.requested, diverged_at)
@@ -339,17 +332,16 @@ class SyncJob(Job):
                     raise Diverged(f"diverged: NaN or Inf on rank {verdict.diverged_rank} at step {verdict.diverged_step} "
                                    f"(strategy {cfg.strategy}); run file {session.out} flushed up to step "
                                    f"{progress.last_eval}; lower --lr or resume from an earlier checkpoint")
-            scheduled = step % self.steps_per_epoch == 0 or (cfg.eval_every and step % cfg.eval_every == 0)
-            acc = evaluate(step) if scheduled else None
+            acc = evaluate(step) if due.evaluate else None
             if verdict is not None and verdict.stop:
                 stopped_by = (stop.signal_name if stop is not None and stop.requested else None) or "a signal on another rank"
                 break
-            saved = bool((cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or (last and cfg.checkpoint_dir))
+            saved = due.checkpoint
             if saved:
                 folder = save_checkpoint(step)
-            if last and not scheduled:
+            if due.evaluate_last:
                 acc = evaluate(step)  # the run's end, after its checkpoint: a longer resumed run does not repeat it
-            if acc is not None and reached(cfg, acc, result["final_loss"]):
+            if acc is not None and reached(cfg.target_accuracy, cfg.target_loss, acc, result["final_loss"]):
                 result.update(steps_to_target=step)
                 if cfg.checkpoint_dir and not saved:
                     folder = save_checkpoint(step)

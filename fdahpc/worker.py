@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.optim.sgd import sgd as _torch_sgd  # SGD.step's own update, as a function
 
+from .choices import unknown
 from .data.text import TokenWindows, as_tensor
 from .models import flat_outputs
 
@@ -117,7 +118,7 @@ def make_optimizer(name: str, lr: float, params, weight_decay: float) -> torch.o
     if name in _SGD_FAMILY:
         momentum, nesterov = _SGD_FAMILY[name]
         return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
-    raise ValueError(f"--optimizer {name!r}: unknown; choose one of {', '.join(OPTIMIZERS)}")
+    raise unknown("--optimizer", name, OPTIMIZERS)
 
 
 class JobSGD:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..choices import unknown
 from .base import ANY, PURPOSES, Communicator, Outbox, Request, Status, as_numpy
 from .launch import LaunchError, detect, env_rank, launched_by_mpi, launched_by_torchrun, slurm_step
 from .local import LocalCommunicator
@@ -27,7 +28,7 @@ DEVICES = ("auto", "cpu", "cuda")
 def resolve_backend(backend: str) -> str:
     """``auto`` → the backend of the launcher that started this process."""
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r}: unknown; choose one of {', '.join(BACKENDS)}")
+        raise unknown("backend", backend, BACKENDS)
     if backend != "auto":
         return backend
     if launched_by_torchrun():
@@ -55,7 +56,7 @@ def _gpu_for(local_rank: int, local_size: int | None, backend: str) -> torch.dev
 def make_communicator(backend: str = "auto", device: str = "cpu", timeout_s: float = 600.0) -> Communicator:
     """The communicator for this launch, with ``comm.device`` set (``device``: auto, cpu or cuda)."""
     if device not in DEVICES:
-        raise ValueError(f"device {device!r}: unknown; choose one of {', '.join(DEVICES)}")
+        raise unknown("device", device, DEVICES)
     backend = resolve_backend(backend)
     if backend == "mpi":
         if device == "cuda":

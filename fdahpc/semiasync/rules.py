@@ -99,6 +99,7 @@ import numpy as np
 import torch
 
 from ..aggregate import _positive, weighted_sum
+from ..choices import unknown
 from ..options import WEIGHTINGS, MeanOptions, NoOptions, option_names, options_from  # MeanOptions: fedavg/fedsgd's q_i
 from ..registry import registrar
 from .combination import Combination, add_member
@@ -410,10 +411,9 @@ class FedQSRuleOptions:
         if not isinstance(self.fedqs_no_feedback, (bool, np.bool_)):
             raise ValueError(f"--fedqs-no-feedback {self.fedqs_no_feedback!r}: must be True or False")
         if self.fedqs_variant not in VARIANTS:
-            raise ValueError(f"--fedqs-variant {self.fedqs_variant!r}: unknown; choose one of {', '.join(VARIANTS)}")
+            raise unknown("--fedqs-variant", self.fedqs_variant, VARIANTS)
         if FEEDBACK_ALIASES.get(self.fedqs_feedback, self.fedqs_feedback) not in FEEDBACK_WEIGHTS + (None,):
-            raise ValueError(f"--fedqs-feedback {self.fedqs_feedback!r}: unknown; choose one of "
-                             f"{', '.join(FEEDBACK_WEIGHTS)} (or omit it for the variant's own)")
+            raise unknown("--fedqs-feedback", self.fedqs_feedback, FEEDBACK_WEIGHTS, " (or omit it for the variant's own)")
 
 
 class _FedQS(BufferRule):
@@ -476,7 +476,7 @@ def feedback_weight(phi: float, F: float, G: float, K: int, weight: str = "paper
     if weight == "misread":
         G = min(max(float(G), 0.0), G_CAP)
         return math.exp(phi - F) / max(2.0 * phi - F, phi / 10.0) * (1.0 + G) / (2.0 * K)
-    raise ValueError(f"--fedqs-feedback {weight!r}: unknown; choose one of {', '.join(FEEDBACK_WEIGHTS)}")
+    raise unknown("--fedqs-feedback", weight, FEEDBACK_WEIGHTS)
 
 
 @buffer_rule("fedqs-avg")

@@ -62,6 +62,7 @@ import torch
 
 from ..comm import ANY, Communicator, Outbox
 from ..control import Diverged
+from ..decide import reached, round_plan
 from ..evaluate import score
 from ..metrics import convergence_metrics
 from .clock import VirtualClock
@@ -507,7 +508,9 @@ class Server:
             self.sent += round_bytes
             # Scored after the new version went out: the hosts train while the server evaluates.
             acc, loss = float("nan"), float("nan")
-            if self.version % self.eval_every == 0 or last:
+            due = round_plan(self.version, rounds=self.rounds, eval_every=self.eval_every,
+                             checkpoint_every=checkpoint_every, checkpointing=save is not None)
+            if due.evaluate:
                 s = score(self.model, self.x_test, self.y_test)
                 acc, loss = s.accuracy, s.loss
                 result.update(final_accuracy=acc, final_loss=loss)
@@ -536,18 +539,15 @@ class Server:
                 log.info("round %d  virtual time %d  accuracy %.4f  staleness mean %.1f max %d",
                          self.version, now, acc, staleness.mean(), staleness.max())
             buffer, headers, types = [], [], np.zeros_like(types)
-            goals = [acc >= self.target_accuracy] if self.target_accuracy is not None else []
-            goals += [loss <= self.target_loss] if self.target_loss is not None else []
-            reached = bool(goals) and all(goals)  # both targets when both are given, as the sync mode
-            if reached:
+            met = reached(self.target_accuracy, self.target_loss, acc, loss)  # both when both are given
+            if met:
                 result.update(rounds_to_target=self.version, virtual_time_to_target=now)
             if stop is not None and stop.requested:
                 stopped_by = stop.signal_name
-            if save is not None and ((checkpoint_every and self.version % checkpoint_every == 0)
-                                     or last or reached or stopped_by):
+            if save is not None and (due.checkpoint or met or stopped_by):
                 self._quiesce()
                 folder = save(self.version)
-            if reached or stopped_by:
+            if met or stopped_by:
                 break
         self._stop()
         result.update(convergence_metrics(np.array(self.accuracy)), rounds_done=self.version, virtual_time=self.now,

@@ -14,6 +14,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from ..choices import unknown
 from ..comm import Communicator
 from ..options import (ANGLE_MODES, WEIGHTINGS, LRScheduleOptions, PeriodicOptions, SamplingOptions, SketchShape,
                        WarmupOptions, option_names, options_from)
@@ -108,9 +109,9 @@ def strategy_options(strategy: str, trigger: str | None, values) -> StrategyOpti
     """The parts of ``strategy`` (trigger overridden by ``trigger``) and their options from
     ``values`` (a TrainConfig, or a mapping of option names); ``ValueError`` with one line."""
     if strategy not in PRESETS:
-        raise ValueError(f"--strategy {strategy!r}: unknown; choose one of {', '.join(STRATEGIES)}")
+        raise unknown("--strategy", strategy, STRATEGIES)
     if trigger is not None and trigger not in TRIGGERS:
-        raise ValueError(f"--trigger {trigger!r}: unknown; choose one of {', '.join(TRIGGERS)}")
+        raise unknown("--trigger", trigger, TRIGGERS)
     trigger_cls, rule_cls = trigger_of(strategy, trigger), rule_of(strategy)
     sampling = options_from(SamplingOptions, values)
     if sampling.clients_per_round is not None and not trigger_cls.round_based:

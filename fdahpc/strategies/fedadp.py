@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..aggregate import FedAdpWeights, apply_update, sketched_cosines
+from ..choices import unknown
 from ..comm import Communicator
 from ..options import ANGLE_MODES, FedAdpOptions
 from .base import BuildContext, Rule, rule
@@ -37,7 +38,7 @@ class FedAdpRule(Rule):
     def __init__(self, comm: Communicator, participation: Participation, num_samples: int, *, alpha: float = 5.0,
                  angles: str = "exact", sketch: AmsSketch | None = None) -> None:
         if angles not in ANGLE_MODES:
-            raise ValueError(f"--fedadp-angles {angles!r}: unknown; choose one of {', '.join(ANGLE_MODES)}")
+            raise unknown("--fedadp-angles", angles, ANGLE_MODES)
         if angles == "sketch" and sketch is None:
             raise ValueError("fedadp with sketched angles needs an AmsSketch of the model's dimension")
         self.comm = comm
