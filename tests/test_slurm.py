@@ -30,13 +30,17 @@ TINY = "--dataset mnist5k --model lenet5 --strategy linearfda --max-steps 40 --e
 
 @pytest.fixture(scope="module")
 def slurm_env(tmp_path_factory):
-    """Start (or find running) the local cluster; the environment the jobs inherit."""
+    """Start (or find running) the local cluster; the environment the jobs inherit. A cluster
+    this fixture started is stopped when the module's tests are done, pass or fail."""
     try:
         proc = subprocess.run(["bash", CLUSTER, "start"], capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"jobs/slurm_cluster.sh start: no answer in {exc.timeout:.0f} s")
     if proc.returncode == CANNOT:
         pytest.skip(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "SLURM not available")
+    started = proc.returncode == 0 and "already running" not in proc.stdout
+    if proc.returncode != 0 and proc.returncode != CANNOT:
+        subprocess.run(["bash", CLUSTER, "stop"], capture_output=True, timeout=120)  # what it did start
     assert proc.returncode == 0, f"jobs/slurm_cluster.sh start failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
     # Nothing of an enclosing job or launcher leaks into the submissions.
     env = {k: v for k, v in os.environ.items()
@@ -47,7 +51,9 @@ def slurm_env(tmp_path_factory):
         PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),  # `python` is this one
         PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
-    return env
+    yield env
+    if started:
+        subprocess.run(["bash", CLUSTER, "stop"], capture_output=True, text=True, timeout=120)
 
 
 def _log(path) -> str:
@@ -177,3 +183,29 @@ def test_gpu_scripts_with_torch_backend_on_cpu(slurm_env, tmp_path, script):
     assert proc.returncode == 0, why
     attrs = _finished(out, 2, why)
     assert json.loads(attrs["config"])["backend"] == "torch", why
+
+
+@pytest.mark.parametrize("script", ["mpi_cpu.sbatch", "preemptible.sbatch", "gpu_node.sbatch", "gpu_nodes.sbatch"])
+def test_scripts_are_method_neutral(tmp_path, script):
+    """Without SLURM: each script run by bash with an ``srun`` that prints what it was given.
+    By default the method is tuning-free FDA; a --strategy in FDAHPC_ARGS brings its own options
+    and none of the default's (``--strategy diloco --tau 50`` is not refused for a --theta)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("srun", "scontrol", "nvidia-smi"):
+        (fake / tool).write_text('#!/bin/sh\necho "$0 $*"\n')
+        (fake / tool).chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1",
+           "SLURM_NTASKS": "2", "SLURM_CPUS_PER_TASK": "1", "SLURM_GPUS_ON_NODE": "1", "SLURM_JOB_NUM_NODES": "1"}
+
+    def flags(args: str) -> str:
+        proc = subprocess.run(["bash", os.path.join(REPO, "jobs", script)], cwd=tmp_path, text=True,
+                              capture_output=True, env=dict(env, FDAHPC_ARGS=args), timeout=60)
+        line = next((x for x in proc.stdout.splitlines() if "fdahpc.train" in x), None)
+        assert line is not None, proc.stdout + proc.stderr
+        return line
+
+    default = flags("--dataset mnist5k")
+    assert "--strategy linearfda --theta auto --theta-fabric measure" in default
+    chosen = flags("--strategy diloco --tau 50")
+    assert "--theta" not in chosen and chosen.endswith("--strategy diloco --tau 50")
