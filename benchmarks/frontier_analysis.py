@@ -7,6 +7,7 @@ grid and draws the figure.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 
@@ -69,10 +70,33 @@ def _auto_knob(row: dict) -> str:
     return f"auto-once ({epochs or '1'} ep)"
 
 
+#: Where a point's runs ran (issue 62): commit, machine (host, CPU model, torch's kernel class),
+#: torch and NumPy versions and the median wall seconds, from each run file's provenance; ";"
+#: between differing values (a point pairing runs of two machines says so). Empty in CSVs
+#: written before it.
+PROVENANCE = ("commit", "machine", "torch", "numpy", "wall_seconds")
+
+
+def provenance_of(runs: list[dict]) -> dict:
+    """The :data:`PROVENANCE` columns of one point's run files (their first segment each)."""
+    def each(run: dict) -> dict:
+        try:
+            first = json.loads(run["provenance"])[0]
+        except (KeyError, ValueError, IndexError, TypeError):
+            return {}
+        rank0 = (first.get("ranks") or [{}])[0]
+        commit = str(first.get("git_commit") or "")
+        return dict(commit=commit[:12] + ("+dirty" if commit.endswith("dirty") else ""),
+                    machine=f"{rank0.get('host', '')} {rank0.get('cpu_model', '')} {rank0.get('torch_cpu_capability', '')}",
+                    torch=first.get("torch", ""), numpy=first.get("numpy", ""))
+
+    records = [each(run) for run in runs]
+    out = {k: ";".join(dict.fromkeys(r.get(k, "") for r in records if r.get(k))) for k in PROVENANCE[:-1]}
+    return dict(out, wall_seconds=f"{median(float(run['wall_seconds']) for run in runs):.1f}")
+
+
 def points(setting, comm_rows: list[dict], targets: list[float]) -> list[dict]:
     """One point per (configuration, target): medians over the seeds that reached it."""
-    import json
-
     from fdahpc.strategies import PRESETS
 
     out = []
@@ -101,7 +125,7 @@ def points(setting, comm_rows: list[dict], targets: list[float]) -> list[dict]:
                 gb=median(g for _, g in hits) if reached else median(float(run["comm_bytes"]) / 1e9 for _, run in runs),
                 syncs=median(float(run["syncs"]) for _, run in runs),
                 final_accuracy=median(float(run["final_accuracy"]) for _, run in runs),
-                run_files=";".join(r["run_file"] for r, _ in runs),
+                run_files=";".join(r["run_file"] for r, _ in runs), **provenance_of([run for _, run in runs]),
             ))
     return out
 
@@ -358,7 +382,7 @@ def format_lead(lead: float) -> str:
 # The figure ---------------------------------------------------------------------------
 
 FIELDS = ["setting", "model", "partition", "workers", "optimizer", "lr", "seed", "target", "family", "knob", "auto", "seeds", "reached_seeds",
-          "reached", "steps", "gb", "syncs", "final_accuracy", "run_files"]
+          "reached", "steps", "gb", "syncs", "final_accuracy", "run_files", *PROVENANCE]
 _TYPES = dict(workers=int, lr=float, target=float, seeds=int, reached_seeds=int, gb=float, syncs=float,
               steps=lambda v: int(float(v)) if float(v).is_integer() else float(v),  # a median of two seeds may be x.5
               final_accuracy=float, auto=lambda v: v == "True", reached=lambda v: v == "True")
@@ -389,8 +413,8 @@ def write_points(path: str, pts: list[dict]) -> None:
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
-        for p in pts:
-            writer.writerow({k: p[k] for k in FIELDS})
+        for p in pts:  # a point made without run files (a test's) has no provenance: empty
+            writer.writerow({k: p.get(k, "") if k in PROVENANCE else p[k] for k in FIELDS})
 
 
 def merge(old: list[dict], new: list[dict]) -> list[dict]:

@@ -328,7 +328,9 @@ def test_frontier_merges_earlier_csvs_and_runs_only_the_families_asked(tmp_path,
     def pt(family, knob, steps, gb, target=0.9):
         return dict(setting="lenet5/iid@4", model="lenet5", partition="iid", workers=4, optimizer="adam", lr=0.001,
                     seed="0", target=target, family=family, knob=knob, auto=False, seeds=1, reached_seeds=1,
-                    reached=True, steps=steps, gb=gb, syncs=3.0, final_accuracy=0.91, run_files="r.h5")
+                    reached=True, steps=steps, gb=gb, syncs=3.0, final_accuracy=0.91, run_files="r.h5",
+                    commit="83715d4274e8", machine="vm AMD EPYC AVX512", torch="2.13.0+cpu", numpy="2.4.6",
+                    wall_seconds="233.6")
 
     old = [pt("fedavg", "1 ep", 1200, 0.02), pt("linearfda", "Θ=4", 1100, 0.008)]
     path = tmp_path / "old.csv"
@@ -997,3 +999,20 @@ def test_shakespeare_frontier_writes_frontier_points_and_reuses_its_runs(tmp_pat
     with pytest.raises(SystemExit) as exc:
         shakespeare.parse(["--ranks", "1"])
     assert exc.value.code == 2
+
+
+def test_a_point_names_its_machines_and_says_when_it_pairs_two():
+    import json
+
+    import frontier_analysis
+
+    def run(host, commit, wall):
+        record = {"git_commit": commit, "torch": "2.13.0+cpu", "numpy": "2.4.6",
+                  "ranks": [{"host": host, "cpu_model": "AMD EPYC", "torch_cpu_capability": "AVX512"}]}
+        return {"provenance": json.dumps([record]), "wall_seconds": wall}
+
+    one = frontier_analysis.provenance_of([run("a", "0123456789abcdef+dirty", 10.0), run("a", "0123456789abcdef", 30.0)])
+    assert one == dict(commit="0123456789ab+dirty;0123456789ab", machine="a AMD EPYC AVX512", torch="2.13.0+cpu",
+                       numpy="2.4.6", wall_seconds="20.0")
+    two = frontier_analysis.provenance_of([run("a", "c", 1.0), run("b", "c", 2.0), {"wall_seconds": 3.0}])
+    assert two["machine"] == "a AMD EPYC AVX512;b AMD EPYC AVX512" and two["wall_seconds"] == "2.0"
