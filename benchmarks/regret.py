@@ -41,8 +41,16 @@ DEFAULTS = ("linearfda" + tta.FABRIC_AUTO, tta.DILOCO_DEFAULT, "fedavg 1 ep", "s
 #: The regret bounds the summary counts rows within.
 WITHIN = (1.15, 1.5, 2.0)
 FAILED, NOT_RUN = "failed", "not run"
-PROVISIONAL = ("note: these CSVs were measured before evaluations scored the held model (they scored the plain mean "
-               "of the local models, which favours DiLoCo and FedAdam): the figures are provisional")
+def provisional(every_run: list[dict]) -> str | None:
+    """A note when some rows come from runs made before evaluations scored the held model: their
+    CSV rows carry no ``commit`` (frontier_analysis.PROVENANCE came later still), and they scored
+    the plain mean of the local models, which favours DiLoCo and FedAdam."""
+    old = sum(not r.get("commit") for r in every_run)
+    if not old:
+        return None
+    return (f"note: {old} of {len(every_run)} CSV rows come from runs made before evaluations scored the held model "
+            "(no commit recorded): those scored the plain mean of the local models, which favours DiLoCo and FedAdam; "
+            "their figures are provisional")
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -52,6 +60,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--default", action="append", default=[], metavar="LABEL",
                    help="one more untuned default, a run label as time_to_accuracy.py prints it ('fedavg 2 ep'); "
                         "repeat for several")
+    p.add_argument("--markdown", action="store_true",
+                   help="print only the README's table: per model, each default's median, p90, max and failed rows")
     p.add_argument("--out", default=os.path.join(RESULTS, "regret"),
                    help="output prefix: PREFIX.txt (the summary) and PREFIX_rows.csv (default: %(default)s)")
     args = p.parse_args(argv)
@@ -110,6 +120,21 @@ def summary_table(rows: list[dict], labels: list[str]) -> list[list]:
     return [[name, label, *summary(g, label)] for name, g in groups for label in labels]
 
 
+def markdown(rows: list[dict], labels: list[str]) -> str:
+    """The README's table, like for like: per model, over the rows where every default that ran
+    on that model ran (its common rows), each default's median, p90 and max regret and its
+    failed rows."""
+    out = ["| workload (common rows) | default | median | p90 | max | failed |", "|---|---|---|---|---|---|"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        group = [r for r in rows if r["model"] == model]
+        present = [lb for lb in labels if any(r["regret"][lb] != NOT_RUN for r in group)]
+        common = [r for r in group if all(r["regret"][lb] != NOT_RUN for lb in present)]
+        for label in present if common else ():
+            _, median, p90, worst, failed, *_ = summary(common, label)
+            out.append(f"| {model} ({len(common)}) | {label} | {median} | {p90} | {worst} | {failed} |")
+    return "\n".join(out)
+
+
 def write_rows(path: str, rows: list[dict], labels: list[str]) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -140,9 +165,12 @@ def main(argv=None) -> int:
     report = tta.time_rows(runs, params, tta.compute_per_step(args.scaling), args.sizes, args.steps,
                            collective=args.collective, tuning_free=tuple(labels), ran=ran)
     rows = regret_rows(report, every_run, labels)
+    if args.markdown:
+        print(markdown(rows, labels))
+        return 0
     head = ["group", "default", "rows", "median", "p90", "max", "failed", "not run",
             *(f"<= {w:g}x" for w in WITHIN)]
-    lines = [command, PROVISIONAL, *notes,
+    lines = [command, *filter(None, [provisional(every_run)]), *notes,
              f"regret = a default's modelled time to the row's target / the fastest modelled time of all the row's "
              f"runs; {len(rows)} rows (d, step, fabric, setting, target) of time_to_accuracy.py's per-row report",
              "median: of an even count, the mean of the middle two; p90: nearest rank (the ceil(0.9 n)-th smallest); "

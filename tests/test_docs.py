@@ -77,6 +77,17 @@ def test_readme_fedqs_table_is_what_the_grid_summary_prints():
     assert "python benchmarks/fedqs_regime.py --summary" in readme
 
 
+def test_readme_regret_table_is_what_regret_py_prints():
+    """The README's opening answer (the untuned defaults' regret per workload) is the table
+    ``regret.py --markdown`` prints from the committed CSVs, with its command beside it."""
+    readme = open(f"{REPO}/README.md", encoding="utf-8").read()
+    command = [x for x in readme.split("`") if x.startswith("python benchmarks/regret.py ")][0]
+    proc = run_python(command.split()[1:], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _table_rows(proc.stdout)
+    assert len(rows) >= 4 and not [r for r in rows if r not in readme], f"README: rerun {command}"
+
+
 def test_benchmarks_folder_holds_commands_and_every_named_output_lies_in_results():
     """benchmarks/ holds scripts, shell drivers and its README; what they wrote lives in
     benchmarks/results/. Every output path the docs, README, code and tests name is a
