@@ -10,6 +10,7 @@ sums in another order changes the last bits. Every run file (root attribute
 - per rank, grouped: host name, CPU model, torch's CPU capability, torch and Numba
   threads, the kernel-selecting environment variables, and on GPUs the device model with
   the CUDA and NCCL versions;
+- the topology: per host its ranks, their node-local ranks and the local size;
 - the SLURM job id when present and the git commit when fdahpc is a checkout (``+dirty``
   when tracked files differ from it).
 
@@ -30,6 +31,7 @@ import sys
 from typing import Any
 
 from . import __version__
+from .comm.launch import env_rank
 from .threads import keep_torch_threads
 
 __all__ = ["this_rank", "gather", "kernels", "kernel_differences", "start", "segments_of", "format_lines"]
@@ -109,18 +111,32 @@ def _mpi_library() -> str | None:
     return " ".join(mpi.Get_library_version().strip().splitlines()[0].split())
 
 
+def topology(places: list[tuple[str, int | None]]) -> list[dict[str, Any]]:
+    """Where each rank ran, from each rank's (host, node-local rank as its launcher exported it):
+    per host its ranks, their local ranks (by position among the host's ranks where the
+    launcher exported none) and the local size."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for rank, (host, local) in enumerate(places):
+        entry = hosts.setdefault(host, dict(host=host, ranks=[], local_ranks=[]))
+        entry["local_ranks"].append(len(entry["ranks"]) if local is None else local)
+        entry["ranks"].append(rank)
+    return [dict(entry, local_size=len(entry["ranks"])) for entry in hosts.values()]
+
+
 def gather(comm) -> dict[str, Any]:
     """Collective: the whole record, identical on every rank. Ranks with the same facts are
-    grouped (``ranks``: their rank numbers), so 44 ranks on one kind of node are one entry."""
+    grouped (``ranks``: their rank numbers), so 44 ranks on one kind of node are one entry;
+    ``topology`` says which host each rank ran on, with its local rank and the local size."""
     groups: dict[str, dict[str, Any]] = {}
-    for rank, facts in enumerate(comm.allgather_obj(this_rank(comm.device))):
+    gathered = comm.allgather_obj((this_rank(comm.device), (socket.gethostname(), env_rank()[1])))
+    for rank, (facts, _) in enumerate(gathered):
         key = json.dumps(facts, sort_keys=True)
         groups.setdefault(key, dict(facts, ranks=[]))["ranks"].append(rank)
     commit = comm.bcast_obj(_git_commit() if comm.is_root else None)  # one git call, not one per rank
     return dict(fdahpc=__version__, python=platform.python_version(), torch=_version("torch"), numpy=_version("numpy"),
                 numba=_version("numba"), h5py=_version("h5py"), mpi4py=_version("mpi4py"), mpi_library=_mpi_library(),
                 world_size=comm.world_size, device=str(comm.device), slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-                git_commit=commit, ranks=list(groups.values()))
+                git_commit=commit, ranks=list(groups.values()), topology=topology([where for _, where in gathered]))
 
 
 def kernels(record: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +188,10 @@ def segments_of(attrs: dict[str, Any]) -> list[dict[str, Any]]:
 
 def format_lines(record: dict[str, Any]) -> list[str]:
     """A record as ``key: value`` lines for a terminal."""
-    lines = [f"{k}: {record[k]}" for k in record if k != "ranks" and record[k] not in (None, "")]
+    lines = [f"{k}: {record[k]}" for k in record if k not in ("ranks", "topology") and record[k] not in (None, "")]
+    for node in record.get("topology", []):
+        lines.append(f"host {node['host']}: ranks {','.join(map(str, node['ranks']))}, local ranks "
+                     f"{','.join(map(str, node['local_ranks']))} of {node['local_size']}")
     for group in record.get("ranks", []):
         ranks = group["ranks"]
         span = f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 else ",".join(map(str, ranks))

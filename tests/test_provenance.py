@@ -86,3 +86,13 @@ def test_semiasync_run_files_record_it(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     (segment,) = provenance_of(str(out))
     assert segment["world_size"] == 2 and sum(len(g["ranks"]) for g in segment["ranks"]) == 2
+
+
+def test_topology_names_each_hosts_ranks_and_local_ranks():
+    from fdahpc.provenance import topology
+
+    # two nodes of two ranks, local ranks as a launcher exported them; a third host without any
+    places = [("n1", 0), ("n1", 1), ("n2", 0), ("n2", 1), ("n3", None), ("n3", None)]
+    assert topology(places) == [dict(host="n1", ranks=[0, 1], local_ranks=[0, 1], local_size=2),
+                                dict(host="n2", ranks=[2, 3], local_ranks=[0, 1], local_size=2),
+                                dict(host="n3", ranks=[4, 5], local_ranks=[0, 1], local_size=2)]
