@@ -830,3 +830,24 @@ def test_add_term_takes_the_kernel_from_its_size_up_with_the_same_integers():
     assert _kernel.cache_info().misses == 1  # the kernel's path
     _add_term_numpy(ref, x, 0.3 * 2.0**50)
     assert np.array_equal(big, ref) and np.count_nonzero(big) > 0
+
+
+def test_the_fedqs_variant_lives_in_its_rule():
+    """What the server does around angles and Mod①'s reference is asked of the rule: the paper's
+    reference is the last global step, the authors' the previous model; the authors count every
+    angle and take θ̄ over the non-zero ones; a rule without client state keeps the paper's angles."""
+    from fdahpc.semiasync.rules import FedAvg, FedQSAvg
+
+    w0, w1 = torch.tensor([1.0, 2.0]), torch.tensor([1.5, 1.0])
+    for variant, first, after in (("paper", [0.0, 0.0], [0.5, -1.0]), ("authors", [1.0, 2.0], [1.0, 2.0])):
+        rule = FedQSAvg(variant=variant)
+        ref = rule.reference(w0)
+        assert ref.tolist() == first
+        rule.advance_reference(ref, w0, w1)
+        assert ref.tolist() == after
+    angles = np.array([0.0, 0.2, 0.4])
+    assert FedQSAvg(variant="authors").angle_mean(angles) == pytest.approx(0.3)
+    assert FedQSAvg(variant="paper").angle_mean(angles) == pytest.approx(0.2) == FedAvg().angle_mean(angles)
+    assert FedQSAvg(variant="authors").keeps_angle(-1) and not FedQSAvg(variant="paper").keeps_angle(-1)
+    with pytest.raises(NotImplementedError, match="keep no state"):
+        FedAvg().reference(w0)

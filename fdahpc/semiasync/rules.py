@@ -92,7 +92,7 @@ same pattern as the sync triggers and rules (:mod:`fdahpc.strategies.base`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -104,7 +104,7 @@ from ..options import WEIGHTINGS, MeanOptions, NoOptions, option_names, options_
 from ..registry import registrar
 from .combination import Combination, add_member
 from .exact import to_float
-from .fedqs import VARIANTS, FedQSParams
+from .fedqs import VARIANTS, FedQSParams, authors_G
 
 __all__ = ["Update", "Combination", "add_member", "BufferRule", "FedAvg", "FedSGD", "FedBuff", "MStep", "WKAFL",
            "FedQSAvg", "FedQSSGD", "BUFFER_RULES", "SEMIASYNC_RULES", "FEEDBACK_WEIGHTS", "FEEDBACK_ALIASES", "WEIGHTINGS", "G_CAP", "feedback_weight",
@@ -193,6 +193,29 @@ class BufferRule:
                 c.add(acc, k, x, d, bits)
             w_global.copy_(torch.from_numpy(to_float(acc, bits)))
         return c.weights
+
+    # What the server does around the clients' angles and FedQS's reference (Mod①), so that
+    # the server names no variant: a rule without client state is never asked for a reference.
+    def reference(self, w: torch.Tensor) -> torch.Tensor:
+        """The reference sent with each model before the first aggregation."""
+        raise NotImplementedError(f"{self.name}: its clients keep no state, so no reference goes with a model")
+
+    def advance_reference(self, reference: torch.Tensor, before: torch.Tensor, after: torch.Tensor) -> None:
+        """The reference after an aggregation took the model from ``before`` to ``after`` (in place)."""
+        raise NotImplementedError(f"{self.name}: its clients keep no state, so no reference goes with a model")
+
+    def keeps_angle(self, client_type: float) -> bool:
+        """Whether a reported angle counts: that of a job that decided a client type (>= 0)."""
+        return client_type >= 0
+
+    def angle_mean(self, reported: np.ndarray) -> float:
+        """θ̄ sent with the models: the mean of the angles that count (NaN: none yet)."""
+        return float(reported.mean()) if len(reported) else float("nan")
+
+    def at_aggregation(self, buffer: list[Update], angles: np.ndarray) -> list[Update]:
+        """The buffer as the weights read it (``angles``: every client's latest, NaN where
+        none or the client left)."""
+        return buffer
 
     def state_dict(self) -> dict:
         """The rules keep no state; the name guards against loading another rule's run."""
@@ -436,6 +459,32 @@ class _FedQS(BufferRule):
     @classmethod
     def build(cls, options: FedQSRuleOptions) -> "_FedQS":
         return cls(not options.fedqs_no_feedback, options.fedqs_variant, options.fedqs_feedback)
+
+    # Mod①'s reference, sent with each model over the parameters: the last global step
+    # w^v − w^(v−1) (paper variant; zero before round 1), or the authors' w^(v−1) itself
+    # (their state_dict quirk, see fedqs.py; the initial model before round 1). The authors
+    # also count an angle from the job that computed it, decision or not, take θ̄ over the
+    # non-zero angles (a client without one reports 0) and G at aggregation (:func:`.fedqs.authors_G`).
+    def reference(self, w: torch.Tensor) -> torch.Tensor:
+        return w.clone() if self.variant == "authors" else torch.zeros_like(w)
+
+    def advance_reference(self, reference: torch.Tensor, before: torch.Tensor, after: torch.Tensor) -> None:
+        if self.variant == "authors":
+            reference.copy_(before)
+        else:
+            torch.sub(after, before, out=reference)
+
+    def keeps_angle(self, client_type: float) -> bool:
+        return self.variant == "authors" or client_type >= 0
+
+    def angle_mean(self, reported: np.ndarray) -> float:
+        return super().angle_mean(reported[reported != 0] if self.variant == "authors" else reported)
+
+    def at_aggregation(self, buffer: list[Update], angles: np.ndarray) -> list[Update]:
+        if self.variant != "authors":
+            return buffer
+        G = authors_G(angles, [u.client for u in buffer], G_CAP)
+        return [replace(u, G=float(g)) for u, g in zip(buffer, G)]
 
     def weights(self, updates, counts, num_clients, params=None):
         c = _check_counts(counts, num_clients).astype(np.float64)

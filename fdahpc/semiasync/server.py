@@ -55,7 +55,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -67,10 +67,10 @@ from ..evaluate import score
 from ..metrics import convergence_metrics
 from .clock import VirtualClock
 from .ticks import TickClock
-from .fedqs import CLIENT_TYPES, authors_G, speeds
+from .fedqs import CLIENT_TYPES, speeds
 from .exact import to_float
 from .protocol import UP_LEN, Down, DownMessage, Tag, Up, UpKind, pack_down, peak_rss_bytes
-from .rules import G_CAP, BufferRule, Update
+from .rules import BufferRule, Update
 from .store import ModelStore, capacity
 
 __all__ = ["Server", "convergence_metrics"]
@@ -120,13 +120,8 @@ class Server:
         # Per rank: jobs, steps, peak RSS, the most models held at once (a host's versions in
         # memory; the server's stashed updates).
         self.host_totals = np.zeros((self.comm.world_size, 4), dtype=np.int64)
-        # FedQS: Mod①'s reference, sent with each model over the parameters: the last global
-        # step w^v - w^(v-1) (paper variant; zero before round 1), or the authors' w^(v-1)
-        # itself (their state_dict quirk, see fedqs.py; the initial model before round 1).
-        self.authors = getattr(self.rule, "variant", "paper") == "authors"
-        self.last_step = None
-        if self.rule.needs_client_state:
-            self.last_step = self.flat.w.clone() if self.authors else torch.zeros(self.flat.dim)
+        # FedQS: Mod①'s reference, sent with each model over the parameters (the rule says what it is).
+        self.last_step = self.rule.reference(self.flat.w) if self.rule.needs_client_state else None
         self.fresh = True  # False once a checkpoint was loaded: the first models went out long ago
         # --clock ticks (ticks.py): the clock says who starts and which results an aggregation
         # reads; the server keeps every client's latest result (the stash, never popped)
@@ -183,10 +178,7 @@ class Server:
     def _send_model(self, clients: list[int], done_at: dict[int, int], now: int) -> int:
         """The current global model to each host of ``clients``, without blocking; returns bytes sent."""
         f, f_bar = speeds(self.counts, self.clock.active)
-        reported = self.similarity[~np.isnan(self.similarity) & self.clock.active]
-        if self.authors:  # θ̄: the mean of the non-zero angles (a client without one reports 0)
-            reported = reported[reported != 0]
-        s_bar = float(reported.mean()) if len(reported) else float("nan")
+        s_bar = self.rule.angle_mean(self.similarity[~np.isnan(self.similarity) & self.clock.active])
         # The outbox keeps it alive until every send of it completes. FedQS clients also get Mod①'s
         # reference (see __post_init__).
         snapshot = self.flat.state.clone() if self.last_step is None else torch.cat([self.flat.state, self.last_step])
@@ -303,8 +295,7 @@ class Server:
                            f"at round {version + 1}")
         if h[Up.TYPE] >= 0:
             types[int(h[Up.TYPE])] += 1
-        # The authors' angle counts from the job that computed it, decision or not (NaN: none yet).
-        if math.isfinite(h[Up.SIMILARITY]) and (self.authors or h[Up.TYPE] >= 0):
+        if math.isfinite(h[Up.SIMILARITY]) and self.rule.keeps_angle(h[Up.TYPE]):  # NaN: none yet
             self.similarity[client] = h[Up.SIMILARITY]
         update = Update(client=client, version=int(h[Up.VERSION]), staleness=version - int(h[Up.VERSION]),
                         n_samples=int(h[Up.N_SAMPLES]), payload=msg.payload, similarity=float(h[Up.SIMILARITY]),
@@ -344,7 +335,7 @@ class Server:
         # client's latest job, whatever the hosts' timing (so the run is the seed's alone).
         self._settle()
         for c, h in self.stash.items():
-            if math.isfinite(h[Up.SIMILARITY]) and (self.authors or h[Up.TYPE] >= 0):
+            if math.isfinite(h[Up.SIMILARITY]) and self.rule.keeps_angle(h[Up.TYPE]):
                 self.similarity[c] = h[Up.SIMILARITY]
         buffer, headers = [], []
         for rd in reads:
@@ -385,18 +376,9 @@ class Server:
         self.outstanding[clients] = True
         return sent
 
-    def _authors_G(self, buffer: list[Update]) -> None:
-        """The authors' G, taken at aggregation (in place): the client's latest angle over
-        the mean of every client's latest non-zero angle at this moment, capped at 9 (the
-        weight bounds it by 2); 1 while no angle is known."""
-        G = authors_G(np.where(self.clock.active, self.similarity, np.nan), [u.client for u in buffer], G_CAP)
-        for k, u in enumerate(buffer):
-            buffer[k] = replace(u, G=float(G[k]))
-
     def _aggregate(self, buffer: list[Update]) -> np.ndarray:
         """A new global version from the buffer; returns the rule's weights."""
-        if self.authors:
-            self._authors_G(buffer)
+        buffer[:] = self.rule.at_aggregation(buffer, np.where(self.clock.active, self.similarity, np.nan))
         before = self.flat.w.clone() if self.last_step is not None else None
         with torch.no_grad():
             if self.host_sums:
@@ -404,10 +386,8 @@ class Server:
             else:
                 weights = self.rule.aggregate_(self.flat.state, buffer, self.counts, len(self.host_of),
                                                params=self.flat.dim)
-        if before is not None and self.authors:
-            self.last_step.copy_(before)
-        elif before is not None:
-            torch.sub(self.flat.w, before, out=self.last_step)
+        if before is not None:
+            self.rule.advance_reference(self.last_step, before, self.flat.w)
         np.add.at(self.counts, [u.client for u in buffer], 1)
         self.version += 1
         return weights
