@@ -37,7 +37,8 @@ class TrainConfig:
     # What to run.
     mode: str = _f("sync", "sync (every rank a worker, in lockstep) or semiasync (rank 0 serves, the others host --clients)")
     strategy: str | None = _f(None, "strategy (sync mode, default sketchfda) or aggregation rule (semiasync, default fedqs-avg); see --help")
-    trigger: str | None = _f(None, "sync: override the strategy's trigger: every, periodic, linear or sketch (once --sync)")
+    trigger: str | None = _f(None, "sync: override the strategy's trigger with a registered one (listed at the end of "
+                             "--help; once --sync)")
     model: str = _f("lenet5", "lenet5, lenet5bn (with BatchNorm), mlr, cnn, vgg16star, resnet18; on a text: gpt or lstm; or your own "
                     "module.path:function returning an nn.Module (docs/own-model.md)")
     dataset: str = _f("mnist5k", "mnist5k (bundled), mnist, fashion-mnist, cifar10, synthetic or synthetic:N (N training images), "
