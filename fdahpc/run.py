@@ -162,6 +162,10 @@ class Job:
     def load_state_dict(self, state: dict) -> None:
         raise NotImplementedError
 
+    def check_resume(self, state: dict) -> None:
+        """``ValueError`` (one line) when this job cannot continue ``state`` (a checkpoint's),
+        checked at setup, before any rank trains; nothing here."""
+
     @property
     def position(self) -> int:
         """Steps or rounds done (after :meth:`load_state_dict`: the checkpoint's)."""
@@ -390,6 +394,8 @@ def build(plan: Plan, comm) -> Run:
     found, out = checkpoint.prepare(cfg, comm, mode.stem(cfg))
     job = mode.build(plan, comm)
     resumed = checkpoint.open_for_resume(cfg, found, comm.rank, comm.world_size, job.flat.dim) if found else None
+    if resumed is not None:
+        job.check_resume(resumed.state)
     return Run(cfg, comm, mode, job, out, resumed)
 
 

@@ -244,7 +244,10 @@ class SyncJob(Job):
         self.comm.load_state_dict(state["comm"])
         self.progress = Progress(**state["progress"])
         self.progress.bytes_before = current_purposes(self.progress.bytes_before)  # older checkpoints: "sync"
-        saved = self.progress.lr_horizon
+
+    def check_resume(self, state: dict) -> None:
+        """A decaying learning rate spans the run's steps: a resume must keep them."""
+        saved = state["progress"].get("lr_horizon")
         if self.schedule.decays and saved not in (None, self.total_steps):
             raise ValueError(f"--lr-schedule {self.schedule.kind}: the checkpoint's rate decays over {saved} steps, this "
                              f"run has {self.total_steps}; resume with the same --epochs/--max-steps (the run may stop "
