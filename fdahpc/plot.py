@@ -6,7 +6,7 @@ Synchronous runs: test accuracy against training GB communicated (``eval/comm_by
 the paper formula, so runs of different sizes compare as in the FDA paper's figures), and
 against local steps (``eval/step``). Semi-asynchronous runs: test accuracy against
 aggregation rounds (``round/version``) and against virtual time (``round/virtual_time``),
-as in the FedQS paper. One line per run, labelled by strategy, worker or client count and
+as in the FedQS paper; and against wall seconds where every file has them. One line per run, labelled by strategy, worker or client count and
 the settings that distinguish it. The schema is documented in ``fdahpc.metrics``.
 """
 
@@ -27,6 +27,7 @@ from .run import layout_of
 __all__ = ["Run", "read_run", "run_label", "plot_runs", "main"]
 
 _USAGE = "usage: python -m fdahpc.plot RUN.h5 [RUN.h5 ...] -o FIG.png"
+WALL = "wall time (s)"  # the last panel's axis, where every run file has the wall clock
 @dataclass(frozen=True)
 class Run:
     """What one run file contributes to the figure."""
@@ -71,19 +72,29 @@ def read_run(path: str) -> Run:
     """Load the evaluation series of one run file; ``ValueError`` when it is not one."""
     attrs, _ = read_run_file(path, ())
     layout = layout_of(attrs)
-    names = (layout["accuracy"], *(name for name, _, _ in layout["panels"]))
+    # The wall clock beside the layout's panels, where the file has it (eval/... or round/wall_seconds)
+    wall = (layout["x"].split("/")[0] + "/wall_seconds", WALL, 1)
+    names = (layout["accuracy"], *(name for name, _, _ in layout["panels"]), wall[0])
     _, series = read_run_file(path, names)
-    acc, *xs = (np.asarray(series[name], dtype=np.float64) for name in names)
+    acc, *xs, seconds = (np.asarray(series[name], dtype=np.float64) for name in names)
+    panels = list(layout["panels"]) + ([wall] if len(seconds) == len(acc) else [])
+    xs += [seconds] if len(panels) > len(xs) else []
     scored = ~np.isnan(acc)  # semi-asynchronous runs may score every few rounds only
     target = _float_or_none(attrs.get("target_accuracy"))
     return Run(
         path=path,
         label=layout["label"],
-        xlabels=tuple(label for _, label, _ in layout["panels"]),
-        x=tuple(x[scored] / divisor for x, (_, _, divisor) in zip(xs, layout["panels"])),
+        xlabels=tuple(label for _, label, _ in panels),
+        x=tuple(x[scored] / divisor for x, (_, _, divisor) in zip(xs, panels)),
         accuracy=acc[scored],
         target_accuracy=target if target is not None and target > 0 else 0.0,
     )
+
+
+def _without_wall(run: Run) -> Run:
+    keep = [i for i, label in enumerate(run.xlabels) if label != WALL]
+    return Run(run.path, run.label, tuple(run.xlabels[i] for i in keep), tuple(run.x[i] for i in keep), run.accuracy,
+               run.target_accuracy)
 
 
 def plot_runs(paths: Sequence[str], out_path: str, log_gb: bool = False) -> None:
@@ -99,6 +110,8 @@ def plot_runs(paths: Sequence[str], out_path: str, log_gb: bool = False) -> None
     if not os.path.isdir(folder):
         raise ValueError(f"-o {out_path}: folder {folder} does not exist; create it or choose another path")
     runs = [read_run(p) for p in paths]
+    if not all(WALL in r.xlabels for r in runs):  # a file without the wall clock: that panel goes for all
+        runs = [_without_wall(r) for r in runs]
     axes_of = {r.xlabels for r in runs}
     if len(axes_of) > 1:
         raise ValueError(f"runs mix files whose axes differ ({' vs '.join(', '.join(a) for a in sorted(axes_of))}); "

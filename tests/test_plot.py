@@ -164,3 +164,19 @@ def test_readers_follow_the_files_layout_not_its_mode(tmp_path, capsys):
     assert (s.workers, s.steps, s.syncs, s.gigabytes, s.accuracy, s.target) == ("R=3", 4, 4, 1.0, 0.6, "0.5@3")
     assert compare(*paths)[0] == "identical"
     assert main([*paths, "-o", str(tmp_path / "g.png")]) == 0
+
+
+def test_a_wall_clock_panel_where_every_file_has_one(tmp_path):
+    """Files with ``eval/wall_seconds`` get a third panel, accuracy against wall seconds; a
+    figure that mixes in a file without it keeps the two panels every file has."""
+    from fdahpc.plot import WALL, plot_runs
+
+    timed = _write_run(tmp_path / "timed.h5", "linearfda")
+    with h5py.File(timed, "a") as h5:
+        h5["eval/wall_seconds"] = np.array([0.0, 1.0, 2.5, 4.0, 5.0])
+    old = _write_run(tmp_path / "old.h5", "fedavg", tau=5)
+    run = read_run(timed)
+    assert run.xlabels[-1] == WALL and run.x[-1].tolist() == [0.0, 1.0, 2.5, 4.0, 5.0]
+    assert WALL not in read_run(old).xlabels
+    plot_runs([timed, old], str(tmp_path / "mixed.png"))  # no "axes differ" refusal
+    assert (tmp_path / "mixed.png").read_bytes()[:8] == PNG_MAGIC
