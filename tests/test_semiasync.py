@@ -260,7 +260,7 @@ def test_a_host_keeps_every_training_tensor_on_its_device(strategy):
     from fdahpc.data import load_dataset, partition
     from fdahpc.models import build_model
     from fdahpc.params import FlatParams
-    from fdahpc.semiasync.client import Host
+    from fdahpc.semiasync.client import Host, LocalTraining, Uploads
     from fdahpc.semiasync.mode import _split, fedqs_params
 
     cfg = parse_args(["--mode", "semiasync", "--strategy", strategy, "--dataset", "synthetic", "--model", "lenet5bn",
@@ -271,9 +271,9 @@ def test_a_host_keeps_every_training_tensor_on_its_device(strategy):
     fedqs = fedqs_params(cfg) if strategy.startswith("fedqs") else None
     clients = _split(cfg, [0, 1], parts, x, y, fedqs is not None)
     model = build_model("lenet5bn", 1, 28, 10).to("meta")
-    host = Host(LocalCommunicator(), model, FlatParams(model, buffers=True), clients, uploads="model", optimizer="sgd",
-                lr=0.1, weight_decay=0.0, seed=0, num_classes=10, num_clients=4, fedqs=fedqs, clip_grad_norm=20.0,
-                device="meta")
+    host = Host(LocalCommunicator(), model, FlatParams(model, buffers=True), clients,
+                training=LocalTraining("sgd", 0.1, clip_grad_norm=20.0, device="meta"), uploads=Uploads("model", fedqs=fedqs),
+                num_classes=10, num_clients=4)
     assert {p.device.type for p in model.parameters()} == {"meta"}
     with pytest.raises(RuntimeError, match="item\\(\\) cannot be called on meta tensors"):
         host.train(host.clients[0], 0.1, 0.5)

@@ -78,23 +78,48 @@ class _Client:
     jobs: int = 0
 
 
+@dataclass(frozen=True)
+class LocalTraining:
+    """How a host's clients train a job: the optimizer (not FedQS's, which steps itself),
+    its rate and weight decay, the gradient clip, where (``device``: --device cuda, this
+    host's GPU; versions, updates and per-client state stay in host memory), the run's seed,
+    and ``schedule`` (--lr-schedule; not FedQS's clients, which set their own rate): a job
+    trains at lr · factor(t), t the global version it starts from, over --rounds."""
+
+    optimizer: str
+    lr: float
+    weight_decay: float = 0.0
+    clip_grad_norm: float | None = None
+    device: torch.device | str = "cpu"
+    seed: int = 0
+    schedule: LRSchedule | None = None
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """What a job sends back, as the rule wants it: the model or the update (``kind``), the
+    running statistics' change too (``stats_updates``, the authors' FedQS-SGD), summed here
+    (``host_sums``, --aggregate hosts), and FedQS's client parameters (None for other rules)."""
+
+    kind: str
+    stats_updates: bool = False
+    host_sums: bool = False
+    fedqs: FedQSParams | None = None
+
+
 class Host:
+    """A client host (a rank other than 0): its clients' data and state, their jobs run as the
+    server's models arrive (``training``), their results sent back as the rule wants them
+    (``uploads``)."""
+
     def __init__(self, comm: Communicator, model: torch.nn.Module, flat, clients: dict[int, ClientData], *,
-                 uploads: str, optimizer: str, lr: float, weight_decay: float, seed: int, num_classes: int,
-                 num_clients: int, fedqs: FedQSParams | None = None, clip_grad_norm: float | None = None,
-                 nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None,
-                 host_sums: bool = False, device: torch.device | str = "cpu", stats_updates: bool = False,
-                 schedule: LRSchedule | None = None) -> None:
+                 training: LocalTraining, uploads: Uploads, num_classes: int, num_clients: int,
+                 nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None) -> None:
         self.comm, self.model, self.flat = comm, model, flat
-        # --lr-schedule (not FedQS's clients, which set their own rate): a job trains at
-        # lr · factor(t), t the global version it starts from; the schedule spans --rounds.
-        self.schedule = schedule
-        self.stats_updates = stats_updates  # update uploads carry the running statistics' change (rules.py)
-        # Where the model trains (--device cuda: this host's GPU); versions, updates and
-        # per-client state stay in host memory, batches and versions are copied in per job.
-        self.device = torch.device(device)
-        self.uploads, self.optimizer, self.weight_decay, self.seed = uploads, optimizer, weight_decay, seed
-        self.fedqs, self.num_classes, self.clip_grad_norm = fedqs, num_classes, clip_grad_norm
+        self.training, self.device = training, torch.device(training.device)
+        self.uploads, self.stats_updates, self.host_sums = uploads.kind, uploads.stats_updates, uploads.host_sums
+        self.fedqs, self.num_classes, self.seed = uploads.fedqs, num_classes, training.seed
+        fedqs, seed, lr, host_sums = self.fedqs, self.seed, training.lr, self.host_sums
         self.layers = layer_bounds(model)  # the authors' per-layer angle
         # --fedqs-sketch-similarity: one sketcher for the host; a client's last update is kept
         # as its sketch, each version received gets the sketch of its global step.
@@ -110,7 +135,6 @@ class Host:
         # --aggregate hosts: the host also keeps its clients' finished updates until a COMBINE
         # names them; FedQS keeps each client's last update (parameters only, or its sketch)
         # until its next job. The stores in use share the memory budget.
-        self.host_sums = host_sums
         shares = 1 + host_sums + (fedqs is not None)
         budget = None if model_cache_gb is None else model_cache_gb / shares
         self.versions = ModelStore(capacity(budget, self.version_len), spill_dir, self._next_use,
@@ -230,9 +254,10 @@ class Host:
 
     def train(self, c: _Client, lr: float, momentum: float) -> float:
         """One local job of client c on the loaded model: the mode's optimizer, or FedQS's heavy ball."""
+        t = self.training
         if self.fedqs is None:
-            opt = make_job_optimizer(self.optimizer, lr, self.model.parameters(), self.weight_decay)
-            return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad, self.clip_grad_norm,
+            opt = make_job_optimizer(t.optimizer, lr, self.model.parameters(), t.weight_decay)
+            return local_steps(self.model, c.data.batches, c.data.steps, opt.step, opt.zero_grad, t.clip_grad_norm,
                                self.device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         bufs = [torch.zeros_like(p) for p in params]
@@ -243,7 +268,7 @@ class Host:
                     heavy_ball_step_(p.data, p.grad, b, lr, momentum)
 
         return local_steps(self.model, c.data.batches, c.data.steps, step, lambda: self.model.zero_grad(set_to_none=True),
-                           self.clip_grad_norm, self.device)
+                           t.clip_grad_norm, self.device)
 
     def _run_job(self, i: int) -> None:
         c = self.clients[i]
@@ -253,8 +278,8 @@ class Host:
         torch.manual_seed(int(np.random.SeedSequence(self.seed, spawn_key=(0x5A, 9, i, c.jobs)).generate_state(1)[0]))
         decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(i, c)
         lr = decision.lr if decision else c.lr
-        if self.schedule is not None:
-            lr = lr * self.schedule.factor(c.start)
+        if self.training.schedule is not None:
+            lr = lr * self.training.schedule.factor(c.start)
         momentum = decision.momentum if decision else 0.0
         # --drop-last: a client with less than one batch takes no step and uploads its start.
         loss = self.train(c, lr, momentum) / c.data.steps if c.data.steps else 0.0

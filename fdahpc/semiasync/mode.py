@@ -23,7 +23,7 @@ from ..options import LRScheduleOptions, MeanOptions, PeriodicOptions, option_na
 from ..params import FlatParams
 from ..run import Job, Mode, Outcome, Plan, load_data, new_model
 from ..worker import BatchStream, steps_per_job
-from .client import ClientData, Host
+from .client import ClientData, Host, LocalTraining, Uploads
 from .clock import VALIDATION, VirtualClock, parse_scenarios, stream_rng
 from .fedqs import SIMILARITIES, FedQSParams, label_probe
 from .rules import BUFFER_RULES, rule_options
@@ -237,13 +237,13 @@ class SemiAsyncMode(Mode):
                           model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts")
         else:
             clients = _split(cfg, mine, parts, data.x_train, data.y_train, fedqs is not None)
-            role = Host(comm, model, flat, clients, uploads=rule.uploads, optimizer=cfg.optimizer or DEFAULT_OPTIMIZER,
-                        lr=cfg.lr or DEFAULT_LR, weight_decay=cfg.weight_decay, seed=cfg.seed,
-                        num_classes=data.num_classes, num_clients=cfg.clients, fedqs=fedqs,
-                        clip_grad_norm=cfg.clip_grad_norm, nan_from=faults.nan_at(comm.rank),
-                        model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts",
-                        device=device, stats_updates=rule.stats_updates,
-                        schedule=None if fedqs else options_from(LRScheduleOptions, cfg).schedule(cfg.rounds))
+            training = LocalTraining(cfg.optimizer or DEFAULT_OPTIMIZER, cfg.lr or DEFAULT_LR, cfg.weight_decay,
+                                     cfg.clip_grad_norm, device, cfg.seed,
+                                     None if fedqs else options_from(LRScheduleOptions, cfg).schedule(cfg.rounds))
+            uploads = Uploads(rule.uploads, rule.stats_updates, cfg.aggregate == "hosts", fedqs)
+            role = Host(comm, model, flat, clients, training=training, uploads=uploads, num_classes=data.num_classes,
+                        num_clients=cfg.clients, nan_from=faults.nan_at(comm.rank), model_cache_gb=cfg.model_cache_gb,
+                        spill_dir=cfg.spill_dir)
         return SemiAsyncJob(cfg, comm, model, flat, role)
 
 
