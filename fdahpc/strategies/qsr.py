@@ -13,8 +13,10 @@ which fdahpc leaves out: the run's end synchronizes anyway (the held model,
 :meth:`~.base.Synchronizer.settle`), so a round cut by the end costs the same one sync.
 
 The constants, when not given, are the paper's ImageNet settings for the local optimizer's
-family, as read from the paper and its released scripts: Local AdamW on ViT-B (peak 8e-3)
-H_base = 4, α = 0.0175; Local SGD with momentum on ResNet (peak 0.8) H_base = 2, α = 0.2.
+family: Local AdamW on ViT-B, H_base = 4, α = 0.0175 at a peak of 8e-3 (the authors' released
+``example-run-vit-localadamw-resume.sh``: ``--init-h 4 --min-h 4 --alpha 0.0175 --max-lr 0.008``);
+Local SGD with momentum on ResNet (peak 0.8), H_base = 2, α = 0.2, as read from the paper's
+text (no released script states them; their ResNet recipes leave α at 0, a fixed H).
 α is an absolute learning rate, so ⌊(α/η)²⌋ at the peak depends on the peak the user
 gives (fdahpc's Adam default 1e-3: H = 306 at the peak); tune α with the peak.
 """
