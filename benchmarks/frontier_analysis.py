@@ -87,7 +87,7 @@ def provenance_of(runs: list[dict]) -> dict:
         rank0 = (first.get("ranks") or [{}])[0]
         commit = str(first.get("git_commit") or "")
         return dict(commit=commit[:12] + ("+dirty" if commit.endswith("dirty") else ""),
-                    machine=f"{rank0.get('host', '')} {rank0.get('cpu_model', '')} {rank0.get('torch_cpu_capability', '')}",
+                    machine=" ".join(str(rank0.get(k, "")) for k in ("host", "cpu_model", "torch_cpu_capability")),
                     torch=first.get("torch", ""), numpy=first.get("numpy", ""))
 
     records = [each(run) for run in runs]

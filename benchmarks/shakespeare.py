@@ -102,7 +102,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
                    help="every run's learning-rate course (default constant; cosine adds the method qsr)")
     p.add_argument("--lr-warmup-steps", type=int, default=0, help="every run's learning-rate warm-up (default 0)")
-    p.add_argument("--lr-floor", type=float, default=0.0, help="where cosine/linear ends, a fraction of --lr (default 0)")
+    p.add_argument("--lr-floor", type=float, default=0.0,
+                   help="where cosine/linear ends, a fraction of --lr (default 0)")
     p.add_argument("--dry-run", action="store_true", help="print the methods and their flags, run nothing")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before one run is killed (default 3600)")
     args = p.parse_args(argv)
@@ -127,9 +128,9 @@ def main(argv=None) -> int:
     schedule = [] if args.lr_schedule == "constant" and not args.lr_warmup_steps else [
         "--lr-schedule", args.lr_schedule, "--lr-warmup-steps", str(args.lr_warmup_steps),
         *(["--lr-floor", f"{args.lr_floor:g}"] if args.lr_floor else [])]
+    course = f"-{args.lr_schedule}{args.lr_warmup_steps}f{args.lr_floor:g}" if schedule else ""
     folder = os.path.join(args.workdir, f"k{k}-cap{args.max_steps}-to{args.targets[-1]:g}"
-                                        f"-eval{args.eval_every}x{args.eval_samples}"
-                                        + (f"-{args.lr_schedule}{args.lr_warmup_steps}f{args.lr_floor:g}" if schedule else ""))
+                                        f"-eval{args.eval_every}x{args.eval_samples}{course}")
     common = ["--dataset", "shakespeare", "--model", "gpt", "--partition", "roles", "--max-steps", str(args.max_steps),
               "--target-accuracy", f"{args.targets[-1]:g}", "--eval-every", str(args.eval_every),
               "--eval-samples", str(args.eval_samples), *schedule]

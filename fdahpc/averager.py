@@ -75,8 +75,9 @@ class ModelAverager:
         lr_at = None
         if any(name in options for name in option_names(LRScheduleOptions)):
             if optimizer is None or total_steps is None:
-                raise ValueError("lr_schedule: the averager sets the learning rate of your optimizer over the run; pass "
-                                 "optimizer= and total_steps= (or keep your own torch scheduler and drop lr_schedule)")
+                raise ValueError("lr_schedule: the averager sets the learning rate of your optimizer over the run; "
+                                 "pass optimizer= and total_steps= (or keep your own torch scheduler and drop "
+                                 "lr_schedule)")
             self.schedule = parts.lr.schedule(total_steps)
             self.peaks = tuple(group["lr"] for group in optimizer.param_groups)
             self.schedule.apply(optimizer, self.peaks, 0)
@@ -84,8 +85,8 @@ class ModelAverager:
         elif optimizer is not None:  # your own scheduler sets it: read when a round starts
             lr_at = lambda step: optimizer.param_groups[0]["lr"]  # noqa: E731
         if parts.trigger.reads_lr and lr_at is None:
-            raise ValueError(f"trigger {parts.trigger.name!r}: reads the learning rate; pass optimizer= (and lr_schedule= "
-                             "with total_steps=, or keep your own torch scheduler)")
+            raise ValueError(f"trigger {parts.trigger.name!r}: reads the learning rate; pass optimizer= (and "
+                             "lr_schedule= with total_steps=, or keep your own torch scheduler)")
         self.comm = comm if comm is not None else make_communicator()
         self.flat = FlatParams(model)
         self.strategy = build_strategy(parts, self.comm, self.flat.w, steps_per_epoch, num_samples, seed, lr_at=lr_at,

@@ -74,7 +74,8 @@ def build_parser(prog: str = "python -m fdahpc.train", extensions: dict | None =
         prog=prog,
         description="Train one model replica per MPI rank with a communication-efficient strategy.",
         epilog="strategies (--mode sync): " + "; ".join(f"{k}: {v}" for k, v in STRATEGY_HELP.items())
-        + ". Triggers (--trigger): " + ", ".join(TRIGGERS) + ". Rules (--mode semiasync): " + ", ".join(BUFFER_RULES) + ".",
+        + ". Triggers (--trigger): " + ", ".join(TRIGGERS)
+        + ". Rules (--mode semiasync): " + ", ".join(BUFFER_RULES) + ".",
         argument_default=argparse.SUPPRESS,
     )
     p.add_argument("--config", help="TOML file whose keys equal the flags (command line wins)")

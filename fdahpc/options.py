@@ -310,7 +310,8 @@ class WarmupOptions:
     trigger's drift starts at the warm-up's last average)."""
 
     warmup_steps: int = _o(0, "sync, every strategy: the first N steps all average the models (post-local SGD's "
-                              "warm-up; not --lr-warmup-steps); then the trigger decides, its rounds counted from step N")
+                              "warm-up; not --lr-warmup-steps); then the trigger decides, its rounds counted from "
+                              "step N")
 
     def __post_init__(self) -> None:
         _require(isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool) and self.warmup_steps >= 0,
@@ -363,7 +364,8 @@ class QSROptions:
     qsr_h_base: int | None = _o(None, "sync, --trigger qsr: the shortest round H_base in steps (default: the QSR "
                                       "paper's, 4 for Adam-family local optimizers, 2 for the SGD family)")
     qsr_alpha: float | None = _o(None, "sync, --trigger qsr: alpha of H = max(H_base, floor((alpha/lr)^2)) (default: "
-                                       "the QSR paper's, 0.0175 for Adam-family local optimizers, 0.2 for the SGD family)")
+                                       "the QSR paper's, 0.0175 for Adam-family local optimizers, 0.2 for the SGD "
+                                       "family)")
 
     def __post_init__(self) -> None:
         _require(self.qsr_h_base is None or isinstance(self.qsr_h_base, int) and not isinstance(self.qsr_h_base, bool)

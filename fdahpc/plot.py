@@ -6,8 +6,8 @@ Synchronous runs: test accuracy against training GB communicated (``eval/comm_by
 the paper formula, so runs of different sizes compare as in the FDA paper's figures), and
 against local steps (``eval/step``). Semi-asynchronous runs: test accuracy against
 aggregation rounds (``round/version``) and against virtual time (``round/virtual_time``),
-as in the FedQS paper; and against wall seconds where every file has them. One line per run, labelled by strategy, worker or client count and
-the settings that distinguish it. The schema is documented in ``fdahpc.metrics``.
+as in the FedQS paper; and against wall seconds where every file has them. One line per run,
+labelled by strategy, worker or client count and the settings that distinguish it. The schema is documented in ``fdahpc.metrics``.
 """
 
 from __future__ import annotations

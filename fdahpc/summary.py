@@ -4,11 +4,12 @@
     python -m fdahpc.summary --provenance run.h5   # also what decided its bits
 
 Columns: status, strategy, workers (semi-asynchronous: clients and buffer), steps
-(rounds), synchronizations, training GB, wall seconds to the last evaluation, the last test accuracy, the convergence accuracy
-(semi-asynchronous: the FedQS paper's, the mean of the last 20 evaluations; with the mode's
-defaults, 400 aggregations evaluated after each, the paper's protocol) and where the
-target accuracy was first reached (step and wall seconds). Everything is computed from the series, so a running job's
-line is as current as its last flush (each evaluation). ``--provenance`` adds, under the
+(rounds), synchronizations, training GB, wall seconds to the last evaluation, the last test
+accuracy, the convergence accuracy (semi-asynchronous: the FedQS paper's, the mean of the
+last 20 evaluations; with the mode's defaults, 400 aggregations evaluated after each, the
+paper's protocol) and where the target accuracy was first reached (step and wall seconds).
+Everything is computed from the series, so a running job's line is as current as its last
+flush (each evaluation). ``--provenance`` adds, under the
 table, each file's record of versions, kernels, threads, hosts, job and commit, one block
 per segment (the first run and each resume; :mod:`fdahpc.provenance`).
 """

@@ -214,8 +214,8 @@ class SyncJob(Job):
         # The same initial model everywhere, whatever the platform's RNG does.
         self.comm.bcast_(self.flat.w, "control")
         self.strategy.reset()
-        self.progress = Progress(lr_horizon=self.total_steps,
-                                 bytes_before=dict(self.comm.bytes_sent),  # the communicator may have served earlier runs
+        # the communicator may have served earlier runs: its counters now are this run's zero
+        self.progress = Progress(lr_horizon=self.total_steps, bytes_before=dict(self.comm.bytes_sent),
                                  result=dict(steps_to_target=-1, comm_bytes_to_target=-1,
                                              final_accuracy=float("nan"), final_loss=float("nan"), final_sync=0))
 
@@ -249,9 +249,9 @@ class SyncJob(Job):
         """A decaying learning rate spans the run's steps: a resume must keep them."""
         saved = state["progress"].get("lr_horizon")
         if self.schedule.decays and saved not in (None, self.total_steps):
-            raise ValueError(f"--lr-schedule {self.schedule.kind}: the checkpoint's rate decays over {saved} steps, this "
-                             f"run has {self.total_steps}; resume with the same --epochs/--max-steps (the run may stop "
-                             "earlier at a --target-*)")
+            raise ValueError(f"--lr-schedule {self.schedule.kind}: the checkpoint's rate decays over {saved} steps, "
+                             f"this run has {self.total_steps}; resume with the same --epochs/--max-steps (the run may "
+                             "stop earlier at a --target-*)")
 
     def final_model(self):
         return self.flat.w.cpu().numpy()
@@ -323,9 +323,9 @@ class SyncJob(Job):
                          progress.running_loss / cfg.log_every, strategy.syncs, strategy.comm_bytes() / 1e9)
                 progress.running_loss = 0.0
             progress.step = step
-            due = step_plan(step, total=self.total_steps, steps_per_epoch=self.steps_per_epoch, eval_every=cfg.eval_every,
-                            check_every=cfg.stop_check_every, checkpoint_every=cfg.checkpoint_every,
-                            checkpointing=cfg.checkpoint_dir is not None)
+            due = step_plan(step, total=self.total_steps, steps_per_epoch=self.steps_per_epoch,
+                            eval_every=cfg.eval_every, check_every=cfg.stop_check_every,
+                            checkpoint_every=cfg.checkpoint_every, checkpointing=cfg.checkpoint_dir is not None)
             verdict = None
             if due.check:
                 if diverged_at is None and not bool(torch.isfinite(self.flat.w).all()):

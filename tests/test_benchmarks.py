@@ -199,7 +199,8 @@ def test_frontier_reads_every_target_from_one_run_and_compares_on_the_frontier(c
     assert frontier_analysis.crossing(run, 0.95) is None
     # A target met between syncs is charged the sync that hands back the evaluated (held) model.
     held = dict(run, **{"eval/held_bytes": [5e5, 5e5, 0]})
-    assert frontier_analysis.crossing(held, 0.88) == (200, 0.0025) and frontier_analysis.crossing(held, 0.90) == (300, 0.004)
+    assert frontier_analysis.crossing(held, 0.88) == (200, 0.0025)
+    assert frontier_analysis.crossing(held, 0.90) == (300, 0.004)
 
     def pt(family, knob, steps, gb, reached=True):
         return dict(setting="s", target=0.9, family=family, knob=knob, auto=knob.startswith("auto"), reached=reached,
@@ -1011,7 +1012,8 @@ def test_a_point_names_its_machines_and_says_when_it_pairs_two():
                   "ranks": [{"host": host, "cpu_model": "AMD EPYC", "torch_cpu_capability": "AVX512"}]}
         return {"provenance": json.dumps([record]), "wall_seconds": wall}
 
-    one = frontier_analysis.provenance_of([run("a", "0123456789abcdef+dirty", 10.0), run("a", "0123456789abcdef", 30.0)])
+    one = frontier_analysis.provenance_of([run("a", "0123456789abcdef+dirty", 10.0),
+                                           run("a", "0123456789abcdef", 30.0)])
     assert one == dict(commit="0123456789ab+dirty;0123456789ab", machine="a AMD EPYC AVX512", torch="2.13.0+cpu",
                        numpy="2.4.6", wall_seconds="20.0")
     two = frontier_analysis.provenance_of([run("a", "c", 1.0), run("b", "c", 2.0), {"wall_seconds": 3.0}])

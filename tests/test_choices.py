@@ -24,7 +24,8 @@ def test_refusals_are_one_line_with_the_near_name(capsys, flags, message):
 
 
 def test_the_suggestion_is_only_given_when_a_choice_is_near():
-    assert str(unknown("--x", "fedavgg", ["fedavg", "fedavgm"])).startswith("--x 'fedavgg': unknown; did you mean fedavg?")
+    near = str(unknown("--x", "fedavgg", ["fedavg", "fedavgm"]))
+    assert near.startswith("--x 'fedavgg': unknown; did you mean fedavg?")
     assert "did you mean" not in str(unknown("--x", "q", ["fedavg", "diloco"]))
 
 

@@ -47,8 +47,9 @@ TEXT_MODEL_OPTIONS = {"context", "gpt_layers", "gpt_heads", "gpt_width"}
 TEXT_RUN = dict(model="gpt", dataset="shakespeare")
 #: Options that are read only beside another's value (tried on a run that has it).
 REQUIRES = dict(theta_auto_epochs=dict(theta="auto-once"), theta_round_epochs=dict(theta="auto"),
-                theta_fabric=dict(theta="auto"), theta_calibrate=dict(theta="auto"), lr_floor=dict(lr_schedule="cosine"),
-                qsr_h_base=dict(trigger="qsr", lr_schedule="cosine"), qsr_alpha=dict(trigger="qsr", lr_schedule="cosine"), fedqs_authors_momentum=dict(fedqs_variant="authors"))
+                theta_fabric=dict(theta="auto"), theta_calibrate=dict(theta="auto"),
+                lr_floor=dict(lr_schedule="cosine"), qsr_h_base=dict(trigger="qsr", lr_schedule="cosine"),
+                qsr_alpha=dict(trigger="qsr", lr_schedule="cosine"), fedqs_authors_momentum=dict(fedqs_variant="authors"))
 
 
 def _resume_check(mode: str, name: str):

@@ -272,7 +272,8 @@ def test_a_host_keeps_every_training_tensor_on_its_device(strategy):
     clients = _split(cfg, [0, 1], parts, x, y, fedqs is not None)
     model = build_model("lenet5bn", 1, 28, 10).to("meta")
     host = Host(LocalCommunicator(), model, FlatParams(model, buffers=True), clients,
-                training=LocalTraining("sgd", 0.1, clip_grad_norm=20.0, device="meta"), uploads=Uploads("model", fedqs=fedqs),
+                training=LocalTraining("sgd", 0.1, clip_grad_norm=20.0, device="meta"),
+                uploads=Uploads("model", fedqs=fedqs),
                 num_classes=10, num_clients=4)
     assert {p.device.type for p in model.parameters()} == {"meta"}
     with pytest.raises(RuntimeError, match="item\\(\\) cannot be called on meta tensors"):

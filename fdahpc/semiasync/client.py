@@ -114,7 +114,8 @@ class Host:
 
     def __init__(self, comm: Communicator, model: torch.nn.Module, flat, clients: dict[int, ClientData], *,
                  training: LocalTraining, uploads: Uploads, num_classes: int, num_clients: int,
-                 nan_from: int | None = None, model_cache_gb: float | None = None, spill_dir: str | None = None) -> None:
+                 nan_from: int | None = None, model_cache_gb: float | None = None,
+                 spill_dir: str | None = None) -> None:
         self.comm, self.model, self.flat = comm, model, flat
         self.training, self.device = training, torch.device(training.device)
         self.uploads, self.stats_updates, self.host_sums = uploads.kind, uploads.stats_updates, uploads.host_sums

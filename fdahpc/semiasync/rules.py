@@ -436,7 +436,8 @@ class FedQSRuleOptions:
         if self.fedqs_variant not in VARIANTS:
             raise unknown("--fedqs-variant", self.fedqs_variant, VARIANTS)
         if FEEDBACK_ALIASES.get(self.fedqs_feedback, self.fedqs_feedback) not in FEEDBACK_WEIGHTS + (None,):
-            raise unknown("--fedqs-feedback", self.fedqs_feedback, FEEDBACK_WEIGHTS, " (or omit it for the variant's own)")
+            raise unknown("--fedqs-feedback", self.fedqs_feedback, FEEDBACK_WEIGHTS,
+                          " (or omit it for the variant's own)")
 
 
 class _FedQS(BufferRule):

@@ -100,8 +100,8 @@ class StrategyOptions(NamedTuple):
 def option_names_of(strategy: str, trigger: str | None = None) -> set[str]:
     """Every option a strategy reads (its trigger's, its rule's, client sampling, the sketch's shape, the warm-up, the
     learning-rate schedule)."""
-    parts = (trigger_of(strategy, trigger).Options, rule_of(strategy).Options, SamplingOptions, SketchShape, WarmupOptions,
-             LRScheduleOptions)
+    parts = (trigger_of(strategy, trigger).Options, rule_of(strategy).Options, SamplingOptions, SketchShape,
+             WarmupOptions, LRScheduleOptions)
     return {name for cls in parts for name in option_names(cls)}
 
 
