@@ -65,9 +65,9 @@ class ModelAverager:
             warnings.warn(line, DeprecationWarning, stacklevel=2)
         trigger = options.pop("trigger", None)
         known = option_names_of(strategy, trigger)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"option {unknown[0]!r}: unknown for {strategy}; it takes {', '.join(sorted(known | {'trigger'}))}")
+        strange = sorted(set(options) - known)
+        if strange:
+            raise unknown("option", strange[0], sorted(known | {"trigger"}), f" (the options {strategy} takes)")
         refuse_together(options)
         parts = strategy_options(strategy, trigger, options)  # checked before anything is built
         self.optimizer = optimizer

@@ -82,7 +82,8 @@ def test_count_params_skips_frozen():
 
 
 def test_unknown_name_lists_the_choices():
-    with pytest.raises(ValueError, match=r"model 'lenet': unknown; choose one of lenet5, lenet5bn, mlr, cnn, vgg16star, resnet18"):
+    with pytest.raises(ValueError, match=r"model 'lenet': unknown; did you mean lenet5\? choose one of lenet5, lenet5bn, "
+                                         r"mlr, cnn, vgg16star, resnet18"):
         build_model("lenet", 1, 28, 10)
 
 
