@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import train_cli
 from fdahpc.config import TrainConfig
 from fdahpc.run import resolve
 from fdahpc.strategies import build_strategy, strategy_options
@@ -146,3 +147,15 @@ def test_model_averager_takes_theta_auto():
     assert avg.strategy.trigger.horizon == 1  # one rank: no AllReduce to amortize
     with pytest.raises(ValueError, match="theta auto-once: its round is counted in epochs"):
         ModelAverager(torch.nn.Linear(10, 10), LocalCommunicator(), "linearfda", theta="auto-once")
+
+
+def test_a_tuning_free_run_says_what_it_decided(tmp_path):
+    """One line at the start: the times the fabric gave (stated here) and the H and m they set;
+    with a fabric whose AllReduce a step hides, 'every step: Synchronous'."""
+    common = ["--strategy", "linearfda", "--theta", "auto", "--max-steps", "3", "--dataset", "mnist5k"]
+    slow = train_cli(tmp_path / "slow.h5", *common, "--theta-fabric", "1,10000,5", ranks=2)
+    assert slow.returncode == 0, slow.stderr[-2000:]
+    line = next(x for x in slow.stdout.splitlines() if x.startswith("theta auto, fabric stated"))
+    assert "on K = 2 -> H = " in line and ", m = " in line
+    fast = train_cli(tmp_path / "fast.h5", *common, "--theta-fabric", "100,2,1000", ranks=2)
+    assert "-> every step: Synchronous" in fast.stdout, fast.stdout[-2000:]

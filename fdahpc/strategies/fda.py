@@ -139,6 +139,9 @@ class _FDATrigger(Trigger):
         elif fabric == MEASURE:
             self._say(f"theta auto: timing the model AllReduce, the state reduction and {MEASURE_STEPS} local steps "
                       f"before setting H and m (until then H = {horizon} steps, checked every step)")
+        elif horizon is not None:  # no fabric: the horizon in epochs (--theta-round-epochs, default 1)
+            self._say(f"theta auto: H = {horizon} steps from the round's epochs (no fabric given: add --theta-fabric "
+                      f"measure to set H from the AllReduce's cost), m = {self.every}")
 
     def _say(self, line: str) -> None:
         if self.comm.is_root:
