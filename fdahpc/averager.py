@@ -67,7 +67,7 @@ class ModelAverager:
         known = option_names_of(strategy, trigger)
         strange = sorted(set(options) - known)
         if strange:
-            raise unknown("option", strange[0], sorted(known | {"trigger"}), f" (the options {strategy} takes)")
+            raise unknown("option", strange[0], sorted(known | {"trigger"}), scope=f" for {strategy}")
         refuse_together(options)
         parts = strategy_options(strategy, trigger, options)  # checked before anything is built
         self.optimizer = optimizer
