@@ -12,6 +12,7 @@ import math
 import os
 
 from _common import REPO_ROOT, median, print_table, read_run
+from fdahpc.provenance import segments_of
 
 FAMILIES = ("synchronous", "fedavg", "linearfda", "sketchfda", "fedavg-sgd")  # plot order
 FDA = ("linearfda", "sketchfda")  #: the dynamic-averaging families
@@ -80,10 +81,10 @@ PROVENANCE = ("commit", "machine", "torch", "numpy", "wall_seconds")
 def provenance_of(runs: list[dict]) -> dict:
     """The :data:`PROVENANCE` columns of one point's run files (their first segment each)."""
     def each(run: dict) -> dict:
-        try:
-            first = json.loads(run["provenance"])[0]
-        except (KeyError, ValueError, IndexError, TypeError):
+        segments = segments_of(run)  # [] for a run file written before provenance was recorded
+        if not segments:
             return {}
+        first = segments[0]
         rank0 = (first.get("ranks") or [{}])[0]
         commit = str(first.get("git_commit") or "")
         return dict(commit=commit[:12] + ("+dirty" if commit.endswith("dirty") else ""),

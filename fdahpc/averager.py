@@ -81,7 +81,7 @@ class ModelAverager:
             self.schedule = parts.lr.schedule(total_steps)
             self.peaks = tuple(group["lr"] for group in optimizer.param_groups)
             self.schedule.apply(optimizer, self.peaks, 0)
-            lr_at = lambda step: self.peaks[0] * self.schedule.factor(step - 1)  # noqa: E731
+            lr_at = lambda step: self.schedule.rate_at(self.peaks[0], step)  # noqa: E731
         elif optimizer is not None:  # your own scheduler sets it: read when a round starts
             lr_at = lambda step: optimizer.param_groups[0]["lr"]  # noqa: E731
         if parts.trigger.reads_lr and lr_at is None:

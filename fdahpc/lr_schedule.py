@@ -28,10 +28,21 @@ from dataclasses import dataclass
 
 from .choices import unknown
 
-__all__ = ["SCHEDULES", "LRSchedule"]
+__all__ = ["SCHEDULES", "LRSchedule", "check_kind", "decays"]
 
 #: ``--lr-schedule``'s choices.
 SCHEDULES = ("constant", "cosine", "linear")
+
+
+def check_kind(kind: str) -> None:
+    """``ValueError`` (one line, the near name) unless ``kind`` is one of :data:`SCHEDULES`."""
+    if kind not in SCHEDULES:
+        raise unknown("--lr-schedule", kind, SCHEDULES)
+
+
+def decays(kind: str, floor: float) -> bool:
+    """Whether a schedule of ``kind`` ending at ``floor`` lowers the rate after its warm-up (what QSR needs)."""
+    return kind != "constant" and floor < 1
 
 
 @dataclass(frozen=True)
@@ -44,8 +55,7 @@ class LRSchedule:
     total_steps: int | None = None  # the horizon; None only for a constant schedule without warm-up
 
     def __post_init__(self) -> None:
-        if self.kind not in SCHEDULES:
-            raise unknown("--lr-schedule", self.kind, SCHEDULES)
+        check_kind(self.kind)
         if self.total_steps is not None and self.warmup_steps > self.total_steps:
             raise ValueError(f"--lr-warmup-steps {self.warmup_steps}: longer than the run's {self.total_steps} steps "
                              f"(semiasync: --rounds); give at most {self.total_steps} or lengthen the run")
@@ -55,12 +65,12 @@ class LRSchedule:
     @property
     def changes(self) -> bool:
         """Whether the learning rate ever differs from the peak."""
-        return self.warmup_steps > 0 or (self.kind != "constant" and self.floor < 1)
+        return self.warmup_steps > 0 or self.decays
 
     @property
     def decays(self) -> bool:
-        """Whether the learning rate falls after the warm-up (what QSR needs)."""
-        return self.kind != "constant" and self.floor < 1
+        """Whether the learning rate falls after the warm-up (:func:`decays`)."""
+        return decays(self.kind, self.floor)
 
     def factor(self, s: int) -> float:
         """η_s / η for the 0-based step ``s``."""
@@ -72,6 +82,10 @@ class LRSchedule:
         p = min(1.0, (s - self.warmup_steps) / span)
         shape = (1 + math.cos(math.pi * p)) / 2 if self.kind == "cosine" else 1 - p
         return self.floor + (1 - self.floor) * shape
+
+    def rate_at(self, peak: float, step: int) -> float:
+        """The rate of the run's step ``step`` (counted from 1, as the loops count) at ``peak``."""
+        return peak * self.factor(step - 1)
 
     def apply(self, optimizer, peaks, s: int) -> None:
         """Set each parameter group of ``optimizer`` to its peak (``peaks``, in group order)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from .choices import unknown
-from .lr_schedule import SCHEDULES, LRSchedule
+from .lr_schedule import LRSchedule, check_kind, decays
 from .theta import fabric_value
 
 __all__ = ["NoOptions", "ThresholdOptions", "FDAOptions", "SketchFDAOptions", "PeriodicOptions", "MeanOptions",
@@ -334,8 +334,7 @@ class LRScheduleOptions:
                               "(nanoGPT: 0.1)")
 
     def __post_init__(self) -> None:
-        if self.lr_schedule not in SCHEDULES:
-            raise unknown("--lr-schedule", self.lr_schedule, SCHEDULES)
+        check_kind(self.lr_schedule)
         _require(isinstance(self.lr_warmup_steps, int) and not isinstance(self.lr_warmup_steps, bool)
                  and self.lr_warmup_steps >= 0,
                  f"--lr-warmup-steps {self.lr_warmup_steps}: must be an integer >= 0 (0: no warm-up), e.g. 100")
@@ -348,8 +347,8 @@ class LRScheduleOptions:
 
     @property
     def decays(self) -> bool:
-        """Whether the rate falls after the warm-up (:attr:`fdahpc.lr_schedule.LRSchedule.decays`)."""
-        return self.lr_schedule != "constant" and self.lr_floor < 1
+        """Whether the rate falls after the warm-up (:func:`fdahpc.lr_schedule.decays`)."""
+        return decays(self.lr_schedule, self.lr_floor)
 
     def schedule(self, total_steps: int | None) -> LRSchedule:
         """The :class:`~fdahpc.lr_schedule.LRSchedule` of a run of ``total_steps``."""

@@ -156,7 +156,7 @@ class SyncMode(Mode):
         batches = BatchStream(data.x_train, data.y_train, cfg.batch_size, cfg.seed, comm.rank, device=comm.device,
                               drop_last=cfg.drop_last)
         strategy = build_strategy(plan.options, comm, flat.w, steps_per_epoch, num_samples=len(data.y_train),
-                                  seed=cfg.seed, lr_at=lambda step: peak * schedule.factor(step - 1),
+                                  seed=cfg.seed, lr_at=lambda step: schedule.rate_at(peak, step),
                                   lr_warmup_steps=schedule.warmup_steps, optimizer=optimizer_name)
         return SyncJob(cfg, comm, model, flat, optimizer, strategy, evaluator, batches, steps_per_epoch, total_steps,
                        schedule, peak)
@@ -284,7 +284,7 @@ class SyncJob(Job):
             self.model.train()
             for name, value in (("eval/step", step), ("eval/accuracy", acc), ("eval/loss", test_loss),
                                 ("eval/comm_bytes", strategy.comm_bytes()), ("eval/held_bytes", strategy.held_bytes),
-                                ("eval/lr", self.peak_lr * self.schedule.factor(step - 1)),
+                                ("eval/lr", self.schedule.rate_at(self.peak_lr, step)),
                                 ("eval/wall_seconds", elapsed())):
                 run.append(name, value)
             run.flush()

@@ -19,6 +19,7 @@ from ..config import one_of
 from ..data import partition
 from ..data.text import as_tensor
 from ..heap import release_freed_models
+from ..lr_schedule import LRSchedule
 from ..options import LRScheduleOptions, MeanOptions, PeriodicOptions, option_names, options_from
 from ..params import FlatParams
 from ..run import Job, Mode, Outcome, Plan, load_data, new_model
@@ -92,6 +93,7 @@ class SemiAsyncOptions(NamedTuple):
 
     rule: object  # the rule's Options (rules.BUFFER_RULES[name].Options)
     fedqs: FedQSParams | None  # Mod②'s hyper-parameters (FedQS's rules, whose clients keep state; None for the others)
+    schedule: LRSchedule | None = None  # --lr-schedule over --rounds (None for FedQS, whose clients set their rate)
 
 
 class SemiAsyncMode(Mode):
@@ -178,15 +180,16 @@ class SemiAsyncMode(Mode):
                     "gpt predicts every position; use --model lstm")
             require(cfg.optimizer in (None, "sgd"), f"--optimizer {cfg.optimizer}: FedQS clients train with their own "
                     "SGD heavy-ball step; drop --optimizer")
+        schedule = None  # a warm-up longer than the run is refused here
         if not BUFFER_RULES[cfg.strategy].needs_client_state:
-            options_from(LRScheduleOptions, cfg).schedule(cfg.rounds)  # a warm-up longer than the run is refused
+            schedule = options_from(LRScheduleOptions, cfg).schedule(cfg.rounds)
         rule = rule_options(cfg.strategy, cfg)  # the rule's options, checked where they live
         # FedQS's ranges (its lr bounds against --lr among them) are checked where they live
         fedqs = fedqs_params(cfg) if BUFFER_RULES[cfg.strategy].needs_client_state else None
         one_of("--fedqs-similarity", cfg.fedqs_similarity, SIMILARITIES)
         require(cfg.backend not in TORCH_BACKENDS, f"--backend {cfg.backend}: the semi-asynchronous coordinator needs "
                 "MPI's probe, which torch.distributed lacks; use --backend mpi (or auto under mpirun/srun --mpi=pmi2)")
-        return SemiAsyncOptions(rule, fedqs)
+        return SemiAsyncOptions(rule, fedqs, schedule)
 
     def prepare(self, plan: Plan, comm) -> None:
         """Every rank returns freed models to the system at once (heap.py)."""
@@ -238,8 +241,7 @@ class SemiAsyncMode(Mode):
         else:
             clients = _split(cfg, mine, parts, data.x_train, data.y_train, fedqs is not None)
             training = LocalTraining(cfg.optimizer or DEFAULT_OPTIMIZER, cfg.lr or DEFAULT_LR, cfg.weight_decay,
-                                     cfg.clip_grad_norm, device, cfg.seed,
-                                     None if fedqs else options_from(LRScheduleOptions, cfg).schedule(cfg.rounds))
+                                     cfg.clip_grad_norm, device, cfg.seed, plan.options.schedule)
             uploads = Uploads(rule.uploads, rule.stats_updates, cfg.aggregate == "hosts", fedqs)
             role = Host(comm, model, flat, clients, training=training, uploads=uploads, num_classes=data.num_classes,
                         num_clients=cfg.clients, nan_from=faults.nan_at(comm.rank), model_cache_gb=cfg.model_cache_gb,
