@@ -10,7 +10,8 @@ Read as: the variance grew about linearly over the round (drifts of independent 
 up), at Var_r / E_r per epoch, so Θ_{r+1} is the variance a round of E_max/2 epochs would
 reach at that rate, and the next round ends near that length, sooner when the drift speeds
 up (skewed data, a rising learning rate), later when it slows. The code counts in steps:
-``Θ_{r+1} = H / H_r · Var_r`` with H_r the round's steps and H the horizon (E_max/2 in steps).
+``Θ_{r+1} = H / H_r · Var_r`` with H_r the round's steps (on the learning rate's clock, below)
+and H the horizon (E_max/2 in steps).
 
 Choices beside the paper's (it fine-tunes pre-trained models, where every round can be
 calibrated from the last):
@@ -57,6 +58,17 @@ calibrated from the last):
   the default horizon (1 epoch) and checks every step. Measured times differ from run to
   run, so such a run is not bit-reproducible; its run file records the times
   (``fda_fabric/*``).
+- The learning rate's clock. Re-calibrated after every round to that round's variance, Θ
+  holds rounds near H whatever the drift, and so cancels what a decaying learning rate should
+  earn: drifts that slow as the rate falls. H_r is therefore counted on a clock that runs at
+  the rate's square: a step at rate η adds (η/η_max)² to the round, η_max the highest rate so
+  far (a constant rate and a warm-up add 1 per step, so such runs are unchanged). Var_r/H_r is
+  then the variance per step at the peak rate, as drifts of independent steps of size ∝ η add
+  up (the random-walk reading QSR's H ∝ 1/η² rests on, Gu et al., ICLR 2024), and a round
+  at rate η lasts about H·(η_max/η)² steps: QSR's law, with H from the fabric instead of a
+  tuned α, and the round still ended early when the drift outruns the last round's rate.
+  The round cap (2H) is on the same clock. The rate is the schedule's (``--lr-schedule``), or
+  a ``ModelAverager`` optimizer's current one; without either, every step counts 1.
 - Var_r ≤ 0 (one worker): nothing to average; Θ becomes ∞ and the run never syncs again
   (except at the round cap).
 - ``--theta-calibrate estimate`` (not the default): ``Θ_{r+1} = min(H/H_r, 4) · Ĥ_r`` with Ĥ_r
@@ -151,9 +163,11 @@ def check_every(state_bytes: int, workers: int, fabric: tuple[float, float, floa
     return every_from_seconds(sync_seconds(0, workers, gbps, latency_us, nbytes=state_bytes), step_ms, horizon)
 
 
-def recalibrate(variance: float, round_steps: int, horizon: int) -> float:
-    """Θ_{r+1} = min(H / H_r, 4) · Var_r (or · Ĥ_r, ``--theta-calibrate estimate``); ∞ when
-    there is no variance (nothing to average)."""
+def recalibrate(variance: float, round_steps: float, horizon: int) -> float:
+    """Θ_{r+1} = min(H / H_r, 4) · Var_r (or · Ĥ_r, ``--theta-calibrate estimate``), H_r the
+    round's clock (its steps under a constant rate); ∞ when there is no variance (nothing to
+    average)."""
     if not variance > 0:
         return math.inf
-    return min(horizon / max(1, round_steps), MAX_STRETCH) * variance
+    stretch = horizon / round_steps if round_steps > 0 else math.inf
+    return min(stretch, MAX_STRETCH) * variance

@@ -47,7 +47,8 @@ def drive(comm, strategy, steps, **options):
     """Rank k's model moves 0.01·(k+1) along the first coordinate every step: a round of s
     steps ends with drifts u_k = 0.01·(k+1)·s·e_0, so Var = 1e-4·s²·(K²−1)/12 exactly."""
     w = torch.zeros(D)
-    strat = build_strategy(strategy_options(strategy, options.pop("trigger", None), options), comm, w, steps_per_epoch=10, num_samples=10)
+    strat = build_strategy(strategy_options(strategy, options.pop("trigger", None), options), comm, w,
+                           steps_per_epoch=10, num_samples=10)
     strat.reset()
     records = {}
     strat.sink = lambda name, value: records.setdefault(name, []).append(value)
@@ -76,6 +77,7 @@ def test_recalibration_matches_the_hand_computed_variance(comm, strategy, lag):
     assert syncs, "the prior 0.04 is passed within 60 steps"
     assert rec["fda_auto/step"] == syncs  # one re-calibration per synchronization
     assert rec["fda_auto/round_steps"] == np.diff([0] + syncs).tolist()
+    assert rec["fda_auto/round_clock"] == rec["fda_auto/round_steps"]  # no learning rate read: one per step
     for s, var, theta in zip(rec["fda_auto/round_steps"], rec["fda_auto/variance"], rec["fda_auto/theta"]):
         exact = 1e-4 * s * s * (k * k - 1) / 12
         assert var == pytest.approx(exact, rel=1e-4, abs=1e-9)
@@ -89,6 +91,51 @@ def test_recalibration_matches_the_hand_computed_variance(comm, strategy, lag):
     # Θ and the round's start are checkpoint state.
     saved = strat.trigger.state_dict()
     assert saved["theta"] == strat.trigger.theta and saved["round_start"] == syncs[-1]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("lag", [0, 1])
+def test_a_falling_rate_slows_the_rounds_clock(comm, lag):
+    """Under a learning rate that falls, a step adds (η/η_max)² to the round's clock, η_max the
+    highest rate so far (a warm-up, rising, adds 1 per step), and Θ = min(H / clock, 4) · Var.
+    With drifts proportional to the rate (rank k moves 0.01·(k+1)·η per step), rounds at the
+    peak last about H steps and rounds at half the rate about 4H, where Θ re-calibrated on the
+    round's steps would have held them near H. The round cap 2H is on the clock too."""
+    k, horizon, steps = comm.world_size, 20, 300
+
+    def lr_at(step):
+        return step / 5 if step <= 5 else 1.0 if step <= 60 else 0.5  # warm-up, held, halved from step 61
+
+    w = torch.zeros(D)
+    options = dict(theta="auto", theta_round_epochs=2, fda_lag=lag)
+    strat = build_strategy(strategy_options("linearfda", None, options), comm, w, steps_per_epoch=10,
+                           num_samples=10, lr_at=lr_at)
+    strat.reset()
+    rec = {}
+    strat.sink = lambda name, value: rec.setdefault(name, []).append(value)
+    for step in range(1, steps + 1):
+        w[0] += 0.01 * (comm.rank + 1) * lr_at(step)
+        strat.after_step()
+    strat.finish()
+    syncs = rec["sync/step"]
+    for start, end, clock, var, theta in zip([0] + syncs, syncs, rec["fda_auto/round_clock"], rec["fda_auto/variance"],
+                                             rec["fda_auto/theta"]):
+        assert clock == pytest.approx(sum(1.0 if t <= 60 else 0.25 for t in range(start + 1, end + 1)))
+        moved = sum(lr_at(t) for t in range(start + 1, end + 1))  # Var = 1e-4·(Σ η)²·(K²−1)/12
+        assert var == pytest.approx(1e-4 * moved ** 2 * (k * k - 1) / 12, rel=1e-4, abs=1e-9)
+        assert theta == (math.inf if k == 1 else pytest.approx(min(horizon / clock, 4) * var, rel=1e-6))
+    if k == 1:  # no variance: Θ = ∞ after the first round; the cap ends each later one at a clock of exactly 2H
+        assert rec["fda_auto/round_clock"][1:] and set(rec["fda_auto/round_clock"][1:]) == {2 * horizon}
+        assert syncs[-1] - syncs[-2] == 4 * 2 * horizon  # 160 steps at half the rate
+        return
+    lengths = np.diff([0] + syncs)
+    at_peak = [n for n, end in zip(lengths, syncs) if 25 < end <= 60]
+    halved = [n for n, end in zip(lengths, syncs) if end - n >= 60]  # rounds wholly at rate 0.5
+    # These drifts are straight lines, so the variance grows as the square of a round's steps, not linearly as
+    # the rule reads it: each round moves the length L to √(H'·L), H' = 4H here, and the rounds approach 4H.
+    assert len(halved) >= 3 and max(at_peak) <= 1.5 * horizon, (syncs, lengths)
+    assert all(a < b for a, b in zip(halved, halved[1:])) and halved[0] > 1.5 * horizon and halved[-1] >= 3 * horizon
+    assert strat.trigger.state_dict()["peak_lr"] == 1.0
 
 
 @pytest.mark.distributed

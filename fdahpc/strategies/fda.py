@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -89,12 +89,14 @@ class _FDATrigger(Trigger):
     needs_anchor = True
     theta_driven = True
     round_based = False  # rounds end when the workers' drifts say so
-    _state: tuple[str, ...] = ("theta", "calibrating", "round_start", "trigger_step", "horizon", "every", "_probe")
+    _state: tuple[str, ...] = ("theta", "calibrating", "round_start", "trigger_step", "horizon", "every", "_probe",
+                               "round_clock", "peak_lr")
 
     def __init__(self, comm: Communicator, dim: int, theta: float, *, state_len: int, lag: int = 0,
                  every: int | None = None, auto_steps: int | None = None, horizon: int | None = None,
                  fabric: tuple[float, float, float] | None = None, log_every: int = 1,
-                 log_variance: bool = False, calibrate: str | None = None) -> None:
+                 log_variance: bool = False, calibrate: str | None = None,
+                 lr_at: Callable[[int], float] | None = None) -> None:
         # The options' checks, one wording for the command line, ModelAverager and this class.
         FDAOptions(theta="auto-once" if auto_steps is not None else theta, fda_lag=lag, fda_every=every,
                    fda_log_every=log_every)
@@ -119,7 +121,11 @@ class _FDATrigger(Trigger):
         self.auto_steps = auto_steps
         self.theta = float("inf") if self.calibrating else float(theta)
         self.horizon = horizon
-        self.round_start = 0  # the trigger step of the last synchronization (theta auto's H_r)
+        self.round_start = 0  # the trigger step of the last synchronization
+        # theta auto's H_r: the round's steps, each counted at (its rate / the highest rate so far)^2 (fdahpc.theta)
+        self.round_clock = 0.0
+        self.lr_at = lr_at if horizon is not None else None
+        self.peak_lr = 0.0
         self.trigger_step = 0
         self._sync_mean_sq: float | None = None  # theta auto: mean ||u_k||^2 at the sync being decided
         self.calibrate = calibrate or "variance"  # theta auto: Θ re-calibrated on the variance or on the estimate
@@ -212,8 +218,10 @@ class _FDATrigger(Trigger):
             return self._end_of_calibration(step, w, anchor)
         if self.horizon == 1:  # theta auto's synchronous limit: every step ends its round, nothing to estimate
             return True
-        if self.horizon is not None and step - self.round_start >= ROUND_CAP * self.horizon:
-            return self._end_of_round(w, anchor)
+        if self.horizon is not None:
+            self.round_clock += self._clock_tick(step)
+            if self.round_clock >= ROUND_CAP * self.horizon:
+                return self._end_of_round(w, anchor)
         checked = step % self.every == 0
         if self.lag == 0:
             if not checked:
@@ -236,6 +244,15 @@ class _FDATrigger(Trigger):
         if self.log_variance:
             self._pending_variance = {"variance": exact_variance(self.comm, self._u)}
         return False
+
+    def _clock_tick(self, step: int) -> float:
+        """What ``step`` adds to the round's clock: (η_step / η_max)², η_max the highest rate
+        so far (1 without a learning rate to read, or while the rate has not fallen)."""
+        if self.lr_at is None:
+            return 1.0
+        rate = float(self.lr_at(step))
+        self.peak_lr = max(self.peak_lr, rate)
+        return (rate / self.peak_lr) ** 2 if rate < self.peak_lr else 1.0
 
     def _reduce(self, w: torch.Tensor, anchor: torch.Tensor) -> Request:
         """Start the AllReduce of this step's state ``S_k`` (computed where w lives)."""
@@ -289,21 +306,22 @@ class _FDATrigger(Trigger):
         return True
 
     def _recalibrate(self, old_anchor: torch.Tensor, new_anchor: torch.Tensor) -> None:
-        """theta auto after a synchronization: Θ = horizon / H_r · Var_r, or with
+        """theta auto after a synchronization: Θ = horizon / H_r · Var_r (H_r the round's clock), or with
         ``calibrate="estimate"`` horizon / H_r · Ĥ_r, the estimate that ended the round (at lag 1
         the state a step old that decided it; at the round cap this step's). A sync the trigger
         did not decide (a warm-up step) only restarts the round."""
         if self._sync_mean_sq is not None:
-            rounds = self.trigger_step - self.round_start
             variance = self._sync_mean_sq - self.mean_drift_sq(old_anchor, new_anchor)
             on = variance  # no variance (one worker): nothing to average, Θ = ∞ whatever the estimate
             if self.calibrate == "estimate" and variance > 0 and self._estimate > 0:
                 on = self._estimate
-            self.theta = recalibrate(on, rounds, self.horizon)
-            self.record("fda_auto", theta=self.theta, round_steps=rounds, variance=variance,
+            self.theta = recalibrate(on, self.round_clock, self.horizon)
+            self.record("fda_auto", theta=self.theta, round_steps=self.trigger_step - self.round_start,
+                        round_clock=self.round_clock, variance=variance,
                         **({"estimate": self._estimate} if self.calibrate == "estimate" else {}))
         self._sync_mean_sq = None
         self.round_start = self.trigger_step
+        self.round_clock = 0.0
 
     def finish(self) -> None:
         """Complete a state reduction still in flight (collective under ``lag=1``)."""
@@ -350,7 +368,7 @@ class _FDATrigger(Trigger):
             theta = prior(ctx.dim)
         return dict(theta=theta, lag=o.fda_lag, every=o.fda_every, auto_steps=auto_steps, horizon=horizon,
                     fabric=o.theta_fabric if o.theta == "auto" else None, log_every=o.fda_log_every,
-                    log_variance=o.log_variance, calibrate=o.theta_calibrate)
+                    log_variance=o.log_variance, calibrate=o.theta_calibrate, lr_at=ctx.lr_at)
 
 
 @trigger("linear")
