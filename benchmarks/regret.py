@@ -19,6 +19,13 @@ mean of the middle two), p90 (nearest rank: the ⌈0.9·n⌉-th smallest of the 
 failed, not run, and the rows within 1.15×, 1.5× and 2× out of the rows it ran in (reached or
 failed; a failed row is within nothing). Writes the summary to ``benchmarks/results/regret.txt``
 (first line: the command) and the per-row table to ``benchmarks/results/regret_rows.csv``.
+
+The summary ends with the causes of tuning-free FDA's failures where Synchronous reached the
+target: one line per (setting, target, the cadence the rows' fabrics picked), with its rows,
+the cadence run's steps (its budget) and final accuracy, Synchronous's steps to the target,
+and the cause: ``budget`` when the run's steps are under twice Synchronous's (the run ended
+before a fair horizon, no verdict), ``rounds too long`` when a shorter cadence of the rule
+reached the target in that setting (the longest such H is named), else ``no cadence reached``.
 """
 
 from __future__ import annotations
@@ -135,6 +142,42 @@ def markdown(rows: list[dict], labels: list[str]) -> str:
     return "\n".join(out)
 
 
+#: A run whose steps are under this multiple of Synchronous's steps to the target ended too early to fail.
+FAIR_BUDGET = 2.0
+
+
+def causes(report: list[dict], every_run: list[dict], label: str) -> list[list]:
+    """Why ``label`` (a ``FAMILY auto (fabric)`` default) failed where Synchronous reached: one
+    line per (setting, target, cadence) of the report's rows where it failed and Synchronous's
+    run reached the target (see the module doc)."""
+    family = label[:-len(tta.FABRIC_AUTO)]
+    by_case: dict[tuple, list[dict]] = {}
+    for r in every_run:
+        by_case.setdefault((r["setting"], float(r["target"])), []).append(r)
+    failed: dict[tuple, int] = {}
+    for r in report:
+        if r["method"] == label and r["free_s"] is None and r["sync_s"] is not None:
+            key = (r["setting"], r["target"], r["cadence"])
+            failed[key] = failed.get(key, 0) + 1
+    out = []
+    for (setting, target, cad), count in failed.items():
+        runs = by_case.get((setting, target), [])
+        own = [r for r in runs if tta.rule_cadence(r, family) == cad]
+        sync = min((int(r["steps"]) for r in runs if r["family"] == "synchronous" and r["reached"] == "True"),
+                   default=None)
+        if not own or sync is None:
+            continue
+        run = own[0]
+        reached = [tta.rule_cadence(r, family)[0] for r in runs if r["family"] == family and r["reached"] == "True"
+                   and tta.rule_cadence(r, family) and tta.rule_cadence(r, family)[0] < cad[0]]
+        budget = int(run["steps"])
+        cause = (f"budget < {FAIR_BUDGET:g}x Synchronous's" if budget < FAIR_BUDGET * sync else
+                 f"rounds too long: H <= {max(reached)} reached" if reached else "no cadence reached")
+        out.append([setting, f"{target:g}", f"H {cad[0]}, m {cad[1]}", count, budget, run.get("final_accuracy", "-"),
+                    sync, f"{budget / sync:.1f}", cause])
+    return sorted(out, key=lambda x: (x[0], x[1], x[2]))
+
+
 def write_rows(path: str, rows: list[dict], labels: list[str]) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -178,6 +221,13 @@ def main(argv=None) -> int:
              "within: rows at or under the bound / rows it ran in (reached or failed)", ""]
     buf = StringIO()
     print_table(head, summary_table(rows, labels), file=buf)
+    free = next((lb for lb in labels if lb.endswith(tta.FABRIC_AUTO)), None)
+    why = causes(report, every_run, free) if free else []
+    if why:
+        buf.write(f"\nwhy {free} failed where Synchronous reached the target (one line per setting, target and "
+                  f"cadence; budget: the run's steps; x: budget / Synchronous's steps):\n")
+        print_table(["setting", "target", "cadence", "rows", "budget", "final acc", "sync steps", "x", "cause"], why,
+                    file=buf)
     text = "\n".join(lines) + buf.getvalue()
     print(text, end="" if text.endswith("\n") else "\n")
     with open(args.out + ".txt", "w", encoding="utf-8") as fh:

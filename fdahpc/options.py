@@ -79,7 +79,8 @@ class ThresholdOptions:
 
     theta: float | str = _o(1.0, "sync, FDA triggers: variance threshold Θ (model sync when the estimate exceeds it);"
                                  " auto: Θ_0 = 4e-5·d, re-calibrated after every sync to H/H_r·Var_r (the round's "
-                                 "exact variance scaled to a round of H steps); auto-once: Θ = the exact variance of "
+                                 "exact variance scaled to a round of H steps, its steps counted (η/η_max)² each "
+                                 "under a falling learning rate); auto-once: Θ = the exact variance of "
                                  "a first round --theta-auto-epochs long")
     theta_auto_epochs: float | None = _o(None, "--theta auto-once: length of the first (calibration) round, in epochs"
                                                " (default 1)")

@@ -75,3 +75,27 @@ def test_regret_end_to_end_on_a_tiny_frontier_and_an_unknown_default(tmp_path, c
     with pytest.raises(SystemExit) as exc:
         rg.parse(["--default", " "])
     assert exc.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_causes_tell_a_short_budget_from_rounds_too_long():
+    import regret as rg
+
+    def run(family, knob, reached, steps, acc="0.7"):
+        return dict(setting="s@4", target="0.8", family=family, knob=knob, reached=reached, steps=steps,
+                    final_accuracy=acc)
+
+    sync = run("synchronous", "", "True", "100")
+    long_h, short_h = run("linearfda", "auto (H 50 steps, every 1)", "False", "1000", "0.74"), \
+        run("linearfda", "auto (H 5 steps, every 1)", "True", "300")
+    label = "linearfda auto (fabric)"
+    report = [dict(method=label, free_s=None, sync_s=1.0, setting="s@4", target=0.8, cadence=(50, 1))] * 2
+    (line,) = rg.causes(report, [sync, long_h, short_h], label)
+    assert line == ["s@4", "0.8", "H 50, m 1", 2, 1000, "0.74", 100, "10.0", "rounds too long: H <= 5 reached"]
+    # a run stopped before twice Synchronous's steps has no verdict; no shorter cadence that reached: said so
+    (line,) = rg.causes(report, [sync, dict(long_h, steps="150"), short_h], label)
+    assert line[-1] == "budget < 2x Synchronous's" and line[-2] == "1.5"
+    (line,) = rg.causes(report, [sync, long_h, dict(short_h, reached="False")], label)
+    assert line[-1] == "no cadence reached"
+    # rows where Synchronous did not reach the target, or the rule reached it, are no failure of the default
+    assert rg.causes([dict(report[0], sync_s=None)], [sync, long_h], label) == []
+    assert rg.causes([dict(report[0], free_s=2.0)], [sync, long_h], label) == []
