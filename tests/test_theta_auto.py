@@ -206,3 +206,16 @@ def test_a_tuning_free_run_says_what_it_decided(tmp_path):
     assert "on K = 2 -> H = " in line and ", m = " in line
     fast = train_cli(tmp_path / "fast.h5", *common, "--theta-fabric", "100,2,1000", ranks=2)
     assert "-> every step: Synchronous" in fast.stdout, fast.stdout[-2000:]
+
+
+def test_a_checkpoint_from_before_the_clock_resumes_on_the_rounds_steps():
+    from fdahpc.comm import LocalCommunicator
+
+    w = torch.zeros(D)
+    options = dict(theta="auto", theta_round_epochs=2)
+    strat = build_strategy(strategy_options("linearfda", None, options), LocalCommunicator(), w, steps_per_epoch=10,
+                           num_samples=10, lr_at=lambda step: 1.0)
+    old = {k: v for k, v in strat.trigger.state_dict().items() if k not in ("round_clock", "peak_lr")}
+    old.update(trigger_step=17, round_start=5)
+    strat.trigger.load_state_dict(old)
+    assert strat.trigger.round_clock == 12.0 and strat.trigger.peak_lr == 0.0

@@ -340,8 +340,11 @@ class _FDATrigger(Trigger):
         return {**super().state_dict(), "reduced_state": self.state.clone() if self._pending is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        # checkpoints from before --theta-fabric measure lack the cadence: the options' own stays
-        super().load_state_dict({"horizon": self.horizon, "every": self.every, "_probe": self._probe, **state})
+        # checkpoints from before --theta-fabric measure lack the cadence: the options' own stays; from before the
+        # learning rate's clock, the round's steps are its clock (a constant rate's) and the peak is re-learned
+        clock = state.get("trigger_step", 0) - state.get("round_start", 0)
+        super().load_state_dict({"horizon": self.horizon, "every": self.every, "_probe": self._probe,
+                                 "round_clock": float(clock), "peak_lr": 0.0, **state})
         if self._probe is not None:  # the timing restarts with the resumed job (a probe's last call was another process's)
             self._probe = self._new_probe(self._probe["every"])
         reduced = state.get("reduced_state")
