@@ -104,6 +104,8 @@ SlurmdTimeout=60
 InactiveLimit=0
 MinJobAge=4
 KillWait=10
+# Every task: UCX (MPICH's default netmod) over TCP, as between real hosts; see write_prolog.
+TaskProlog=$RUN/task_prolog.sh
 EOF
   for i in $(seq "$NODES"); do
     echo "NodeName=$(node "$i") NodeAddr=$(addr "$i") CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS" \
@@ -114,6 +116,17 @@ EOF
 
 reach() {  # namespace address port: a TCP connection from the namespace (no ping needed)
   ip netns exec "$1" timeout 3 bash -c "exec 3<>/dev/tcp/$2/$3" 2>/dev/null
+}
+
+write_prolog() {
+  cat <<'EOF'
+#!/bin/sh
+# written by fdahpc jobs/slurm_nodes.sh. The nodes share one kernel, and UCX (MPICH's
+# default netmod) sees that and moves inter-node messages through shared memory: the
+# bridge would carry almost nothing. Between real hosts it is TCP (or a fabric); so here
+# too, unless the job chose its own transports.
+[ -n "${UCX_TLS:-}" ] || echo "export UCX_TLS=tcp,self"
+EOF
 }
 
 hosts_file() {
@@ -240,6 +253,8 @@ cmd_start() {
   mkdir -p "$RUN" "$SPOOL/ctld" "$LOG_DIR"
   for f in "$LOG_DIR"/fdahpc-nodes-*.log; do [ -f "$f" ] && : >"$f"; done  # this start's lines only
   write_conf >"$CONF"
+  write_prolog >"$RUN/task_prolog.sh"
+  chmod 0755 "$RUN/task_prolog.sh"
   start_munge
   make_network
   slurmctld -f "$CONF" </dev/null >>"$LOG_DIR/fdahpc-nodes-slurmctld.log" 2>&1 || fail "slurmctld did not start"
