@@ -46,8 +46,9 @@ addr() { echo "$NET.$((10 + $1))"; }
 cannot() { echo "slurm_nodes.sh: $*" >&2; exit 3; }
 fail() {
   echo "slurm_nodes.sh: $*" >&2
-  local f
-  for f in "$LOG_DIR"/fdahpc-nodes-*.log "$RUN/munge/munged.log"; do
+  local f i
+  for f in "$RUN/munge/munged.log" "$LOG_DIR/fdahpc-nodes-slurmctld.log" \
+           $(for i in $(seq "$NODES"); do echo "$LOG_DIR/fdahpc-nodes-$(node "$i").log"; done); do
     [ -f "$f" ] && { echo "--- tail $f" >&2; tail -n 12 "$f" >&2; }
   done
   exit 1
@@ -145,18 +146,17 @@ all_idle() {
 }
 
 # --- teardown: everything start makes, each piece only if it is there -------------------
-teardown() {
-  local i ns pid
-  for i in $(seq "$NODES"); do
-    ns=$(node "$i")
-    stop_daemon "$RUN/slurmd-$ns.pid"
-    if ip netns list 2>/dev/null | grep -qw "^$ns"; then
-      for pid in $(ip netns pids "$ns" 2>/dev/null); do stop_pid "$pid"; done  # job steps left behind
-      ip netns del "$ns" 2>/dev/null || true
-    fi
-    ip link del "fdahpc-v$i" 2>/dev/null || true
-    rm -rf "/etc/netns/$ns" "$SPOOL/$ns"
+teardown() {  # by name, not by count: also what a start with another FDAHPC_SLURM_NODES made
+  local ns pid f link
+  for f in "$RUN"/slurmd-*.pid; do [ -f "$f" ] && stop_daemon "$f"; done
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^fdahpc-(node[0-9]+|probe)$/ {print $1}'); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do stop_pid "$pid"; done  # job steps left behind
+    ip netns del "$ns" 2>/dev/null || true
   done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^fdahpc-v[0-9]+$'); do
+    ip link del "$link" 2>/dev/null || true
+  done
+  rm -rf /etc/netns/fdahpc-node[0-9]*
   rmdir /etc/netns 2>/dev/null || true  # only when empty: other namespaces' entries stay
   stop_daemon "$RUN/slurmctld.pid"
   stop_daemon "$RUN/munge/munged.pid"
@@ -185,6 +185,7 @@ check_can() {
   [[ $NODES =~ ^[0-9]+$ ]] && (( NODES >= 1 && NODES <= 200 )) \
     || cannot "FDAHPC_SLURM_NODES=$NODES: give a node count from 1 to 200"
   # A probe namespace: containers without CAP_SYS_ADMIN or without netns support fail here.
+  ip netns del fdahpc-probe 2>/dev/null || true
   ip netns add fdahpc-probe 2>/dev/null \
     || cannot "cannot create a network namespace (ip netns add fails: no CAP_SYS_ADMIN or no netns support); run on a VM or host"
   if ! nsenter --net=/run/netns/fdahpc-probe unshare --uts --mount true 2>/dev/null; then
@@ -237,7 +238,7 @@ make_network() {
 
 cmd_start() {
   local i ns new
-  if [ -f "$CONF" ] && alive "$RUN/slurmctld.pid" && [ "$(id -u)" = 0 -o -r "$CONF" ]; then
+  if [ -r "$CONF" ] && alive "$RUN/slurmctld.pid"; then
     new=$(write_conf)
     if [ "$new" = "$(cat "$CONF")" ] && all_idle; then
       echo "slurm: $NODES nodes ($(node_states | awk '{print $1}' | paste -sd,)) idle, already running; SLURM_CONF=$CONF"
@@ -257,9 +258,9 @@ cmd_start() {
   chmod 0755 "$RUN/task_prolog.sh"
   start_munge
   make_network
-  slurmctld -f "$CONF" </dev/null >>"$LOG_DIR/fdahpc-nodes-slurmctld.log" 2>&1 || fail "slurmctld did not start"
+  slurmctld -f "$CONF" </dev/null >>"$LOG_DIR/fdahpc-nodes-slurmctld.log" 2>&1 || fail "slurmctld did not start; its log below says why (another slurmctld on port $CTLD_PORT? stop it)"
   for _ in $(seq 50); do [[ $(scontrol ping 2>/dev/null) == *UP* ]] && break; sleep 0.2; done
-  [[ $(scontrol ping 2>/dev/null) == *UP* ]] || fail "slurmctld does not answer on $NET.1:$CTLD_PORT"
+  [[ $(scontrol ping 2>/dev/null) == *UP* ]] || fail "slurmctld does not answer on $NET.1:$CTLD_PORT; if its log says 'Address already in use', free port $CTLD_PORT (ss -ltnp)"
   for i in $(seq "$NODES"); do
     reach "$(node "$i")" "$NET.1" "$CTLD_PORT" || fail "$(node "$i") cannot reach slurmctld at $NET.1:$CTLD_PORT (bridge or firewall)"
   done
@@ -273,7 +274,7 @@ cmd_start() {
     # ("error: No filesystem mounted on /sys/fs/cgroup"; docs/multinode.md).
     nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
       sh -c "mount --bind /etc/netns/$ns/hosts /etc/hosts && hostname $ns && exec slurmd -f $CONF" </dev/null \
-      >>"$LOG_DIR/fdahpc-nodes-$ns.log" 2>&1 || fail "slurmd on $ns did not start"
+      >>"$LOG_DIR/fdahpc-nodes-$ns.log" 2>&1 || fail "slurmd on $ns did not start; its log below says why"
   done
   for i in $(seq 150); do
     all_idle && break
@@ -296,18 +297,17 @@ cmd_start() {
 cmd_stop() {
   [ "$(id -u)" = 0 ] || cannot "needs root to stop the daemons and remove the namespaces (try: sudo $0 stop)"
   teardown
-  echo "slurm: $NODES nodes stopped, namespaces, bridge and $RUN removed"
+  echo "slurm: nodes stopped; namespaces, bridge, $RUN and $SPOOL removed"
 }
 
 cmd_status() {
-  local i ns
+  local ns f
   for f in "$RUN/munge/munged.pid" "$RUN/slurmctld.pid"; do
     if alive "$f"; then echo "$(basename "$f" .pid): running (pid $(cat "$f"))"; else echo "$(basename "$f" .pid): not running"; fi
   done
-  for i in $(seq "$NODES"); do
-    ns=$(node "$i")
-    if alive "$RUN/slurmd-$ns.pid"; then echo "slurmd $ns: running (pid $(cat "$RUN/slurmd-$ns.pid")), $(addr "$i")"
-    else echo "slurmd $ns: not running"; fi
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^fdahpc-node[0-9]+$/ {print $1}' | sort -V); do
+    if alive "$RUN/slurmd-$ns.pid"; then echo "slurmd $ns: running (pid $(cat "$RUN/slurmd-$ns.pid")), $(addr "${ns#fdahpc-node}")"
+    else echo "slurmd $ns: not running (namespace $ns exists)"; fi
   done
   if [ -f "$CONF" ]; then sinfo -N 2>&1 || true; else echo "no $CONF: not started"; fi
 }
