@@ -22,8 +22,8 @@
 #
 # Exit status: 0 ready (one line on stdout); 3 it cannot be had here (not root, no network
 # namespaces, SLURM or iproute2 missing and not installable), one line on stderr; 1 any
-# other failure, with the end of the daemons' logs. A failed or interrupted start removes
-# what it had made.
+# other failure, with the end of the daemons' logs; 2 a bad argument or node count. A
+# failed or interrupted start removes what it had made (the logs stay).
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 
@@ -175,22 +175,24 @@ on_failure() {  # trap: a failed or interrupted start leaves nothing behind
 check_can() {
   [ "$(id -u)" = 0 ] || cannot "needs root for network namespaces and daemons (try: sudo $0 start)"
   command -v ip >/dev/null || cannot "iproute2's ip is missing; install it: apt-get install iproute2"
-  command -v unshare >/dev/null && command -v nsenter >/dev/null || cannot "unshare or nsenter is missing; install util-linux"
+  command -v unshare >/dev/null && command -v nsenter >/dev/null \
+    || cannot "unshare or nsenter is missing; install util-linux"
   if ! command -v sbatch >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
-    command -v apt-get >/dev/null || cannot "SLURM is not installed and apt-get is not there to install slurm-wlm and munge"
+    command -v apt-get >/dev/null \
+      || cannot "SLURM is not installed and apt-get is not there to install it; install slurm-wlm and munge"
     echo "installing slurm-wlm and munge with apt-get ..." >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
-      >/tmp/fdahpc-slurm-apt.log 2>&1 || cannot "apt-get install slurm-wlm munge failed (log: /tmp/fdahpc-slurm-apt.log)"
+    { apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
+      >/tmp/fdahpc-slurm-apt.log 2>&1 \
+      || cannot "apt-get install slurm-wlm munge failed; see /tmp/fdahpc-slurm-apt.log"
   fi
-  [[ $NODES =~ ^[0-9]+$ ]] && (( NODES >= 1 && NODES <= 200 )) \
-    || cannot "FDAHPC_SLURM_NODES=$NODES: give a node count from 1 to 200"
   # A probe namespace: containers without CAP_SYS_ADMIN or without netns support fail here.
   ip netns del fdahpc-probe 2>/dev/null || true
   ip netns add fdahpc-probe 2>/dev/null \
-    || cannot "cannot create a network namespace (ip netns add fails: no CAP_SYS_ADMIN or no netns support); run on a VM or host"
+    || cannot "ip netns add fails (no CAP_SYS_ADMIN or no netns support); run on a VM or host as root"
   if ! nsenter --net=/run/netns/fdahpc-probe unshare --uts --mount true 2>/dev/null; then
     ip netns del fdahpc-probe
-    cannot "cannot enter a network namespace with its own host name and mounts (unshare --uts --mount fails); run on a VM or host"
+    cannot "unshare --uts --mount fails in a network namespace; run on a VM or host as root"
   fi
   ip netns del fdahpc-probe
 }
@@ -215,22 +217,27 @@ start_munge() {
   fail "munged started but does not answer on $MUNGE_SOCKET; see its log above"
 }
 
+must() {  # a command whose failure ends the start with its own error line
+  local err
+  err=$("$@" 2>&1) || fail "'$*' failed: ${err:-no message}; run '$0 stop' and start again"
+}
+
 make_network() {
   local i ns
   modprobe bridge 2>/dev/null || true
   ip link add "$BRIDGE" type bridge 2>/dev/null \
     || cannot "cannot create the bridge $BRIDGE (no bridge support in this kernel?); run on a VM or host"
-  ip addr add "$NET.1/24" dev "$BRIDGE"
-  ip link set "$BRIDGE" up
+  must ip addr add "$NET.1/24" dev "$BRIDGE"
+  must ip link set "$BRIDGE" up
   mkdir -p /etc/netns
   for i in $(seq "$NODES"); do
     ns=$(node "$i")
-    ip netns add "$ns"
-    ip link add "fdahpc-v$i" type veth peer name eth0 netns "$ns"
-    ip link set "fdahpc-v$i" master "$BRIDGE" up
-    ip -n "$ns" link set lo up
-    ip -n "$ns" addr add "$(addr "$i")/24" dev eth0
-    ip -n "$ns" link set eth0 up
+    must ip netns add "$ns"
+    must ip link add "fdahpc-v$i" type veth peer name eth0 netns "$ns"
+    must ip link set "fdahpc-v$i" master "$BRIDGE" up
+    must ip -n "$ns" link set lo up
+    must ip -n "$ns" addr add "$(addr "$i")/24" dev eth0
+    must ip -n "$ns" link set eth0 up
     mkdir -p "/etc/netns/$ns"
     hosts_file >"/etc/netns/$ns/hosts"
   done
@@ -241,7 +248,8 @@ cmd_start() {
   if [ -r "$CONF" ] && alive "$RUN/slurmctld.pid"; then
     new=$(write_conf)
     if [ "$new" = "$(cat "$CONF")" ] && all_idle; then
-      echo "slurm: $NODES nodes ($(node_states | awk '{print $1}' | paste -sd,)) idle, already running; SLURM_CONF=$CONF"
+      echo "slurm: $NODES nodes ($(node_states | awk '{print $1}' | paste -sd,)) idle, already running;" \
+           "SLURM_CONF=$CONF"
       return 0
     fi
   fi
@@ -258,11 +266,15 @@ cmd_start() {
   chmod 0755 "$RUN/task_prolog.sh"
   start_munge
   make_network
-  slurmctld -f "$CONF" </dev/null >>"$LOG_DIR/fdahpc-nodes-slurmctld.log" 2>&1 || fail "slurmctld did not start; its log below says why (another slurmctld on port $CTLD_PORT? stop it)"
+  slurmctld -f "$CONF" </dev/null >>"$LOG_DIR/fdahpc-nodes-slurmctld.log" 2>&1 \
+    || fail "slurmctld did not start; its log below says why"
   for _ in $(seq 50); do [[ $(scontrol ping 2>/dev/null) == *UP* ]] && break; sleep 0.2; done
-  [[ $(scontrol ping 2>/dev/null) == *UP* ]] || fail "slurmctld does not answer on $NET.1:$CTLD_PORT; if its log says 'Address already in use', free port $CTLD_PORT (ss -ltnp)"
+  [[ $(scontrol ping 2>/dev/null) == *UP* ]] \
+    || fail "slurmctld does not answer on $NET.1:$CTLD_PORT; if its log says 'Address already in use'," \
+            "free port $CTLD_PORT (ss -ltnp shows who has it)"
   for i in $(seq "$NODES"); do
-    reach "$(node "$i")" "$NET.1" "$CTLD_PORT" || fail "$(node "$i") cannot reach slurmctld at $NET.1:$CTLD_PORT (bridge or firewall)"
+    reach "$(node "$i")" "$NET.1" "$CTLD_PORT" \
+      || fail "$(node "$i") cannot reach slurmctld at $NET.1:$CTLD_PORT; allow $BRIDGE in the firewall (iptables -S)"
   done
   for i in $(seq "$NODES"); do
     ns=$(node "$i")
@@ -286,9 +298,10 @@ cmd_start() {
     sleep 0.2
   done
   for i in $(seq "$NODES"); do
-    reach "$(node 1)" "$(addr "$i")" "$SLURMD_PORT" || fail "$(node 1) cannot reach $(node "$i")'s slurmd at $(addr "$i"):$SLURMD_PORT"
+    reach "$(node 1)" "$(addr "$i")" "$SLURMD_PORT" \
+      || fail "$(node 1) cannot reach $(node "$i") at $(addr "$i"):$SLURMD_PORT; allow $BRIDGE in the firewall"
   done
-  all_idle || fail "not all $NODES nodes idle after 30 s: $(node_states | paste -sd';')"
+  all_idle || fail "not all $NODES nodes idle after 30 s ($(node_states | paste -sd';')); the slurmd logs below say why"
   trap - EXIT INT TERM HUP
   echo "slurm: $NODES nodes ($(node_states | awk '{print $1}' | paste -sd,)) idle, $CPUS CPUs each," \
        "partition nodes; export SLURM_CONF=$CONF"
@@ -303,14 +316,21 @@ cmd_stop() {
 cmd_status() {
   local ns f
   for f in "$RUN/munge/munged.pid" "$RUN/slurmctld.pid"; do
-    if alive "$f"; then echo "$(basename "$f" .pid): running (pid $(cat "$f"))"; else echo "$(basename "$f" .pid): not running"; fi
+    if alive "$f"; then echo "$(basename "$f" .pid): running (pid $(cat "$f"))"
+    else echo "$(basename "$f" .pid): not running"; fi
   done
   for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^fdahpc-node[0-9]+$/ {print $1}' | sort -V); do
-    if alive "$RUN/slurmd-$ns.pid"; then echo "slurmd $ns: running (pid $(cat "$RUN/slurmd-$ns.pid")), $(addr "${ns#fdahpc-node}")"
+    if alive "$RUN/slurmd-$ns.pid"; then
+      echo "slurmd $ns: running (pid $(cat "$RUN/slurmd-$ns.pid")), $(addr "${ns#fdahpc-node}")"
     else echo "slurmd $ns: not running (namespace $ns exists)"; fi
   done
   if [ -f "$CONF" ]; then sinfo -N 2>&1 || true; else echo "no $CONF: not started"; fi
 }
+
+[[ $NODES =~ ^[0-9]+$ ]] && (( NODES >= 1 && NODES <= 200 )) \
+  || { echo "slurm_nodes.sh: FDAHPC_SLURM_NODES=$NODES: give a node count from 1 to 200" >&2; exit 2; }
+[[ $CPUS =~ ^[0-9]+$ ]] && (( CPUS >= 1 )) \
+  || { echo "slurm_nodes.sh: FDAHPC_SLURM_CPUS=$CPUS: give a CPU count of 1 or more" >&2; exit 2; }
 
 case ${1:-} in
   start) cmd_start ;;

@@ -73,11 +73,13 @@ def _mpi_cpu(env, tmp_path, name, *shape):
     out, log = tmp_path / f"{name}.h5", tmp_path / f"{name}.out"
     cmd = ["sbatch", "--wait", "--time=5", f"--chdir={REPO}", f"--output={log}", *shape, "jobs/mpi_cpu.sbatch"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=dict(env, FDAHPC_ARGS=f"{JOB} --out {out}"))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT,
+                              env=dict(env, FDAHPC_ARGS=f"{JOB} --out {out}"))
     except subprocess.TimeoutExpired:
         subprocess.run(["scancel", "--name", "fdahpc-cpu"], capture_output=True, timeout=30, env=env)
         pytest.fail(f"{' '.join(cmd)}: not done in {TIMEOUT} s (cancelled)")
-    why = f"$ {' '.join(cmd)}\nexit {proc.returncode}\n{proc.stderr}" + (log.read_text()[-3000:] if log.exists() else "(no log)")
+    why = f"$ {' '.join(cmd)}\nexit {proc.returncode}\n{proc.stderr}"
+    why += log.read_text()[-3000:] if log.exists() else "(no log)"
     assert proc.returncode == 0, why
     assert out.is_file(), why
     with h5py.File(out, "r") as f:
@@ -101,23 +103,28 @@ def two_by_two(nodes_env, tmp_path_factory):
 
 
 def test_start_is_idempotent(nodes_env):
-    proc = subprocess.run(["bash", NODES, "start"], capture_output=True, text=True, timeout=60, env=dict(os.environ, FDAHPC_SLURM_NODES="2"))
+    proc = subprocess.run(["bash", NODES, "start"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, FDAHPC_SLURM_NODES="2"))
     assert proc.returncode == 0 and "already running" in proc.stdout, proc.stdout + proc.stderr
-    sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=30, env=nodes_env)
-    assert sorted(sinfo.stdout.split()) == sorted(["fdahpc-node1", "fdahpc-node2", "idle", "idle"]), sinfo.stdout + sinfo.stderr
+    sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=30,
+                           env=nodes_env)
+    nodes = sorted(sinfo.stdout.split())
+    assert nodes == ["fdahpc-node1", "fdahpc-node2", "idle", "idle"], sinfo.stdout + sinfo.stderr
 
 
 def test_mpi_job_spans_both_nodes(two_by_two):
     out, crossed, why = two_by_two
     # Each rank's host name is its node's (the UTS namespace slurmd ran in), and local
     # ranks restart at 0 on each node.
-    assert _topology(out) == {"fdahpc-node1": ([0, 1], [0, 1], 2), "fdahpc-node2": ([2, 3], [0, 1], 2)}, why
+    expected = {"fdahpc-node1": ([0, 1], [0, 1], 2), "fdahpc-node2": ([2, 3], [0, 1], 2)}
+    assert _topology(out) == expected, why
     with h5py.File(out, "r") as f:
         syncs, params = int(f.attrs["syncs"]), int(f.attrs["params"])
         assert json.loads(f.attrs["config"])["dataset"] == "mnist5k", why
     # Every model AllReduce brings node 1's part of the sum to node 2 across the bridge:
     # at least one float32 model per synchronization went over the link.
-    assert syncs >= 1 and crossed >= syncs * 4 * params, f"{crossed} bytes crossed for {syncs} syncs of {params} floats\n{why}"
+    assert syncs >= 1 and crossed >= syncs * 4 * params, \
+        f"{crossed} bytes crossed for {syncs} syncs of {params} floats\n{why}"
 
 
 def test_two_nodes_end_on_the_one_node_model_bit_for_bit(nodes_env, two_by_two, tmp_path):
