@@ -40,7 +40,9 @@ log = logging.getLogger("fdahpc")
 
 # Environment variables that change which kernels run, or how many threads sum.
 KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-              "NUMBA_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
+              "NUMBA_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG",
+              # MPICH's Allreduce order across nodes (docs/multinode.md) and UCX's transports
+              "MPIR_CVAR_ALLREDUCE_COMPOSITION", "UCX_TLS")
 
 
 def _version(module: str) -> str | None:
