@@ -56,7 +56,7 @@ def _measure(model: str, dataset: str, args, comm) -> list:
     step_times = []
     for i in range(args.steps + 1):
         t = time.perf_counter()
-        local_steps(s.model, s.batches, 1, s.optimizer.step, s.optimizer.zero_grad)
+        local_steps(s.job.model, s.job.batches, 1, s.job.optimizer.step, s.job.optimizer.zero_grad)
         if i:
             step_times.append(time.perf_counter() - t)
     step = _slowest(comm, median(step_times))
@@ -64,7 +64,7 @@ def _measure(model: str, dataset: str, args, comm) -> list:
     state = s.job.state_dict()
     root = os.path.join(args.dir, f"ck-{model}")
     plain, synced, ckpt = [], [], []
-    meta = checkpoint.identity(cfg, comm.world_size, s.flat.dim)
+    meta = checkpoint.identity(cfg, comm.world_size, s.job.flat.dim)
 
     def plain_save(path: str) -> None:
         torch.save(state, path)
@@ -94,7 +94,7 @@ def _measure(model: str, dataset: str, args, comm) -> list:
     folder = checkpoint.latest(root)
     size = os.path.getsize(os.path.join(folder, f"rank-{comm.rank:05d}.pt"))
     p, y, c = median(plain), median(synced), median(ckpt)
-    return [model, f"{s.flat.dim / 1e6:.2f}", f"{size / 1e6:.1f}", f"{step * 1e3:.1f}", f"{p * 1e3:.1f}",
+    return [model, f"{s.job.flat.dim / 1e6:.2f}", f"{size / 1e6:.1f}", f"{step * 1e3:.1f}", f"{p * 1e3:.1f}",
             f"{y * 1e3:.1f}", f"{c * 1e3:.1f}", f"{c / step:.1f}", f"{c / p:.2f}", f"{c / y:.2f}"]
 
 

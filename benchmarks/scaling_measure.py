@@ -107,14 +107,14 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
         comm.barrier()
         t_build = time.perf_counter() - t_build
         stamps = []
-        inner = setup.strategy.after_step
+        inner = setup.job.strategy.after_step
 
         def after_step(loss=None, inner=inner, stamps=stamps):
             synced = inner(loss)
             stamps.append(time.perf_counter())
             return synced
 
-        setup.strategy.after_step = after_step  # the loop calls it once per step, right after the local step
+        setup.job.strategy.after_step = after_step  # the loop calls it once per step, right after the local step
         comm.barrier()
         meter = CpuMeter(include_children=False)
         cpu0 = _own_cpu()
@@ -125,7 +125,7 @@ def _train_phase(args, comm, workdir: str, data_dir: str, order: list[str]) -> l
         foreign = meter.foreign_share(own_extra=mpi_comm.allreduce(own) - own)
         # Interval i (stamps[i] - stamps[i-1]) is step i+1 plus what ran after step i: an
         # evaluation there (epoch end, --eval-every, never the last step here) is left out.
-        spe = setup.steps_per_epoch
+        spe = setup.job.steps_per_epoch
         every = plan.cfg.eval_every or 0
         kept = [stamps[i] - stamps[i - 1] for i in range(max(1, args.warmup_steps), len(stamps))
                 if not (i % spe == 0 or (every and i % every == 0))]

@@ -73,13 +73,13 @@ def baseline_worker(args) -> None:
     barrier()
     start = time.perf_counter()
     if comm.rank:
-        host, w0 = setup.role, setup.flat.state.clone()
+        host, w0 = setup.job.role, setup.job.flat.state.clone()
         ids = sorted(host.clients)
         for j in range(jobs):
             client = host.clients[ids[j % len(ids)]]
-            setup.flat.state.copy_(w0)
+            setup.job.flat.state.copy_(w0)
             host.train(client, client.lr, 0.0)  # the host's own local-job code, no messages
-            _ = setup.flat.state.clone()  # the upload buffer a real job fills
+            _ = setup.job.flat.state.clone()  # the upload buffer a real job fills
     elapsed = time.perf_counter() - start
     barrier()
     total = comm.allreduce(elapsed, op=MPI.MAX)

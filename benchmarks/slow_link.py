@@ -176,7 +176,7 @@ def job(args) -> int:
         setup = build(plan, comm)
         stamps: list[float] = []
         syncs_at: list[int] = []
-        inner = setup.strategy.after_step
+        inner = setup.job.strategy.after_step
 
         def after_step(loss=None, inner=inner, stamps=stamps, syncs_at=syncs_at):
             synced = inner(loss)
@@ -185,7 +185,7 @@ def job(args) -> int:
                 syncs_at.append(len(stamps))
             return synced
 
-        setup.strategy.after_step = after_step  # the loop calls it once per step, right after the local step
+        setup.job.strategy.after_step = after_step  # the loop calls it once per step, right after the local step
         comm.barrier()
         del calls[:]
         train(setup)

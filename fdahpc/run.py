@@ -224,11 +224,6 @@ class Run:
     out: str
     resumed: Any = None  # fdahpc.checkpoint.Resumed when continuing a checkpoint
 
-    def __getattr__(self, name: str):  # the job's parts (flat, strategy, ...) read as the run's
-        if name == "job":
-            raise AttributeError(name)
-        return getattr(self.job, name)
-
 
 @dataclass(frozen=True)
 class Plan:

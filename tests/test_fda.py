@@ -108,15 +108,15 @@ def _steps(comm, tmp_path, steps, **cfg):
     """Run ``steps`` local steps by hand; returns (setup, per-step sync decisions)."""
     out = comm.bcast_obj(str(tmp_path / "fda.h5"))
     setup = build(resolve(TrainConfig(dataset="mnist5k", batch_size=16, out=out, **cfg)), comm)
-    comm.bcast_(setup.flat.w, "control")
-    setup.strategy.reset()
+    comm.bcast_(setup.job.flat.w, "control")
+    setup.job.strategy.reset()
     decisions = []
     for _ in range(steps):
-        xb, yb = setup.batches.next()
-        setup.optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(setup.model(xb), yb).backward()
-        setup.optimizer.step()
-        decisions.append(setup.strategy.after_step())
+        xb, yb = setup.job.batches.next()
+        setup.job.optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(setup.job.model(xb), yb).backward()
+        setup.job.optimizer.step()
+        decisions.append(setup.job.strategy.after_step())
     return setup, decisions
 
 
@@ -130,7 +130,7 @@ def test_theta_zero_is_exactly_synchronous(comm, tmp_path, fda):
     # count (then its kernels sum in another order, and the models differ in the last bits).
     assert torch.get_num_threads() == threads
     assert sync_dec == fda_dec == [True] * 12
-    assert torch.equal(sync_run.flat.w, fda_run.flat.w)
+    assert torch.equal(sync_run.job.flat.w, fda_run.job.flat.w)
 
 
 @pytest.mark.distributed
@@ -142,15 +142,15 @@ def test_a_one_step_horizon_is_synchronous_without_monitoring(comm, tmp_path, fd
     sync_run, sync_dec = _steps(comm, tmp_path, 12, strategy="synchronous")
     before = comm.bytes_sent["monitor"]
     fda_run, fda_dec = _steps(comm, tmp_path, 12, strategy=fda, theta="auto", theta_fabric="100,2,100")
-    assert fda_run.strategy.trigger.horizon == 1
+    assert fda_run.job.strategy.trigger.horizon == 1
     assert sync_dec == fda_dec == [True] * 12
-    assert torch.equal(sync_run.flat.w, fda_run.flat.w)
+    assert torch.equal(sync_run.job.flat.w, fda_run.job.flat.w)
     assert comm.bytes_sent["monitor"] == before
     if comm.world_size > 1:  # one rank: every fabric's horizon is one step (nothing crosses a wire)
         slow_run, slow_dec = _steps(comm, tmp_path, 12, strategy=fda, theta="auto", theta_fabric="1,10000,5",
                                     fda_every=1)
-        assert slow_run.strategy.trigger.horizon > 12 and slow_dec == [False] * 12  # the prior is not reached
-        assert comm.bytes_sent["monitor"] - before == 12 * slow_run.strategy.trigger.state_bytes
+        assert slow_run.job.strategy.trigger.horizon > 12 and slow_dec == [False] * 12  # the prior is not reached
+        assert comm.bytes_sent["monitor"] - before == 12 * slow_run.job.strategy.trigger.state_bytes
 
 
 @pytest.mark.distributed
@@ -160,7 +160,7 @@ def test_every_rank_takes_the_same_decisions(comm, tmp_path, fda, theta):
     assert 0 < sum(decisions) < 30  # the threshold matters in this run
     everyone = comm.allgather_obj(decisions)
     assert all(d == decisions for d in everyone)
-    anchors = comm.allgather(setup.strategy.anchor.numpy(), "control")
+    anchors = comm.allgather(setup.job.strategy.anchor.numpy(), "control")
     assert all(np.array_equal(a, anchors[0]) for a in anchors)
 
 
@@ -235,8 +235,8 @@ def test_readme_trigger_example_registers_and_runs(tmp_path):
                           batch_size=16, log_every=10**6, out=str(tmp_path / "r.h5"))
         setup = build(resolve(cfg), LocalCommunicator())
         res = train(setup)
-        assert res["steps"] == 20 and 0 < res["syncs"] < 20 and setup.strategy.trigger.name == "drift-norm"
-        assert res["comm_bytes"] == 2 * 4 * setup.flat.dim * res["syncs"] + 4 * 20
+        assert res["steps"] == 20 and 0 < res["syncs"] < 20 and setup.job.strategy.trigger.name == "drift-norm"
+        assert res["comm_bytes"] == 2 * 4 * setup.job.flat.dim * res["syncs"] + 4 * 20
         import h5py
 
         with h5py.File(tmp_path / "r.h5") as f:

@@ -256,7 +256,7 @@ def test_given_values_a_function_does_not_take_are_refused(in_task):
 def test_own_model_on_a_built_in_image_dataset(comm, in_task, tmp_path):
     setup, res = train_inprocess(comm, tmp_path / "m.h5", model="mytask:flat", dataset="mnist5k", strategy="fedavg",
                                  tau=5, max_steps=30)
-    assert setup.flat.dim == 784 * 32 + 32 + 32 * 10 + 10 and res["final_accuracy"] > 0.5
+    assert setup.job.flat.dim == 784 * 32 + 32 + 32 * 10 + 10 and res["final_accuracy"] > 0.5
 
 
 @pytest.mark.distributed
@@ -269,7 +269,7 @@ def test_own_model_on_a_text(comm, in_task, tmp_path):
         pytest.skip("Shakespeare corpus not fetched (python -m fdahpc.data fetch shakespeare)")
     setup, res = train_inprocess(comm, tmp_path / "t.h5", model="mytask:Codes", dataset="shakespeare", context=12,
                                  strategy="fedavg", tau=5, max_steps=10, eval_samples=200)
-    assert setup.flat.dim == vocab * 8 + 8 * 12 * vocab + vocab and np.isfinite(res["final_accuracy"])
+    assert setup.job.flat.dim == vocab * 8 + 8 * 12 * vocab + vocab and np.isfinite(res["final_accuracy"])
 
 
 def test_built_in_datasets_keep_their_meaning():

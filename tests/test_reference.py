@@ -178,7 +178,7 @@ def test_preset_matches_its_reference_within_tolerance(comm, tmp_path, case):
     key = f"{case}@{comm.world_size}"
     # Every collective before the first assertion, so that a failing rank never leaves
     # another waiting: every rank's fingerprint and training bytes, in rank order.
-    prints = comm.allgather_obj(fingerprint(setup.model))
+    prints = comm.allgather_obj(fingerprint(setup.job.model))
     sent = comm.allgather_obj([comm.bytes_sent[p] - before[p] for p in ("model", "monitor")])
     if WRITE:
         assert margin is None or margin >= THETA_MARGIN, (
@@ -222,7 +222,7 @@ def test_the_weight_tolerance_catches_a_one_percent_learning_rate_change(comm, t
     if ref is None:
         pytest.fail(f"no reference for synchronous@{comm.world_size}")
     setup, *_ = _run(comm, tmp_path, "synchronous", lr=1.01 * PRESETS["synchronous"].lr)
-    worst = max(dist for _, dist in weight_distances(fingerprint(setup.model), ref["weights"][comm.rank]))
+    worst = max(dist for _, dist in weight_distances(fingerprint(setup.job.model), ref["weights"][comm.rank]))
     assert worst > 30 * WEIGHT_RTOL, worst
 
 
@@ -234,7 +234,7 @@ def test_clip_grad_norm_reaches_the_sync_loop(comm, tmp_path):
     ref = comm.bcast_obj(_load().get(f"fedavg@{comm.world_size}") if comm.is_root else None)
     loose, *_ = _run(comm, tmp_path, "fedavg", clip_grad_norm=1e9)
     plain, *_ = _run(comm, tmp_path, "fedavg")
-    assert torch.equal(loose.flat.w, plain.flat.w)
+    assert torch.equal(loose.job.flat.w, plain.job.flat.w)
     tight, *_ = _run(comm, tmp_path, "fedavg", clip_grad_norm=0.05)
-    worst = max(dist for _, dist in weight_distances(fingerprint(tight.model), ref["weights"][comm.rank]))
+    worst = max(dist for _, dist in weight_distances(fingerprint(tight.job.model), ref["weights"][comm.rank]))
     assert worst > 30 * WEIGHT_RTOL, worst

@@ -18,7 +18,7 @@ from fdahpc.worker import BatchStream, make_optimizer
 @pytest.mark.parametrize("strategy,extra", [("synchronous", {}), ("fedavg", {"tau": 7})])
 def test_comm_bytes_follow_the_paper_formula(comm, tmp_path, strategy, extra):
     setup, res = train_inprocess(comm, tmp_path / "run.h5", strategy=strategy, max_steps=30, **extra)
-    k, d = comm.world_size, setup.flat.dim
+    k, d = comm.world_size, setup.job.flat.dim
     # fedavg: 4 rounds of 7, then the run's closing sync at step 30 hands back the held model
     expected_syncs = 30 if strategy == "synchronous" else 30 // 7 + 1
     assert res["syncs"] == expected_syncs and res["final_sync"] == int(strategy == "fedavg")
@@ -38,7 +38,7 @@ def test_run_file_schema(comm, tmp_path):
                     "syncs", "comm_bytes", "comm_bytes_rank0", "final_accuracy", "target_accuracy",
                     "steps_to_target", "comm_bytes_to_target", "wall_seconds", "config"):
             assert key in a, key
-        assert a["strategy"] == "fedavg" and a["world_size"] == comm.world_size and a["params"] == setup.flat.dim
+        assert a["strategy"] == "fedavg" and a["world_size"] == comm.world_size and a["params"] == setup.job.flat.dim
         assert a["steps"] == 40 and a["syncs"] == 8 and a["steps_to_target"] == -1
         assert json.loads(a["config"])["tau"] == 5
         assert f["eval/step"][:].tolist() == [10, 20, 30, 40]
@@ -65,7 +65,7 @@ def test_one_rank_synchronous_equals_plain_training(tmp_path):
         torch.nn.functional.cross_entropy(model(xb), yb).backward()
         opt.step()
     plain = torch.cat([p.detach().flatten() for p in model.parameters()])
-    assert torch.equal(plain, setup.flat.w)
+    assert torch.equal(plain, setup.job.flat.w)
 
 
 def test_momentum_is_sgd_with_a_heavy_ball_of_0_9():
@@ -85,10 +85,10 @@ def test_target_accuracy_stops_early(tmp_path):
 
     setup, res = train_inprocess(LocalCommunicator(), tmp_path / "run.h5", strategy="fedavg", tau=10, epochs=3,
                                eval_every=10, target_accuracy=0.5)
-    assert 0 < res["steps_to_target"] < setup.total_steps
+    assert 0 < res["steps_to_target"] < setup.job.total_steps
     assert res["final_accuracy"] >= 0.5
     assert res["comm_bytes_to_target"] == paper_comm_bytes(
-        syncs=res["steps_to_target"] // 10, steps=res["steps_to_target"], dim=setup.flat.dim, workers=1, state_bytes=0)
+        syncs=res["steps_to_target"] // 10, steps=res["steps_to_target"], dim=setup.job.flat.dim, workers=1, state_bytes=0)
 
 
 @pytest.mark.slow
