@@ -27,8 +27,10 @@ from ..worker import BatchStream, steps_per_job
 from .client import ClientData, Host, LocalTraining, Uploads
 from .clock import VALIDATION, VirtualClock, parse_scenarios, stream_rng
 from .fedqs import SIMILARITIES, FedQSParams, label_probe
+from .rounds import EventRounds, TickRounds
 from .rules import BUFFER_RULES, rule_options
 from .server import Server
+from .sums import OnHosts, OnServer
 from .ticks import CLOCKS, TickClock
 
 __all__ = ["MODE", "SemiAsyncMode", "SemiAsyncOptions", "SemiAsyncJob", "fedqs_params", "host_of"]
@@ -229,15 +231,15 @@ class SemiAsyncMode(Mode):
         rule = BUFFER_RULES[cfg.strategy].build(plan.options.rule)
         fedqs = plan.options.fedqs
         if comm.is_root:
-            if cfg.clock == "ticks":
-                clock = TickClock(cfg.clients, cfg.speed_ratio, cfg.seed, cfg.buffer)
-            else:
-                clock = VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
-                                     per_round=cfg.clients_per_round)
-            role = Server(comm, model, flat, rule, clock, hosts, as_tensor(data.x_test), as_tensor(data.y_test),
+            rounds = (TickRounds(TickClock(cfg.clients, cfg.speed_ratio, cfg.seed, cfg.buffer)) if cfg.clock == "ticks"
+                      else EventRounds(VirtualClock(cfg.clients, cfg.speed_ratio, cfg.seed, parse_scenarios(cfg.scenario),
+                                                    per_round=cfg.clients_per_round), cfg.buffer))
+            numel = flat.state.numel()
+            sums = (OnHosts(comm, hosts, numel) if cfg.aggregate == "hosts"
+                    else OnServer(comm, hosts, numel, cfg.model_cache_gb, cfg.spill_dir))
+            role = Server(comm, model, flat, rule, rounds, sums, hosts, as_tensor(data.x_test), as_tensor(data.y_test),
                           cfg.buffer, cfg.rounds, eval_every=cfg.eval_every or 1,
-                          target_accuracy=cfg.target_accuracy, target_loss=cfg.target_loss, log_every=cfg.log_every,
-                          model_cache_gb=cfg.model_cache_gb, spill_dir=cfg.spill_dir, host_sums=cfg.aggregate == "hosts")
+                          target_accuracy=cfg.target_accuracy, target_loss=cfg.target_loss, log_every=cfg.log_every)
         else:
             clients = _split(cfg, mine, parts, data.x_train, data.y_train, fedqs is not None)
             training = LocalTraining(cfg.optimizer or DEFAULT_OPTIMIZER, cfg.lr or DEFAULT_LR, cfg.weight_decay,
