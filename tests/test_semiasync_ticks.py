@@ -62,7 +62,7 @@ def test_paper_setting_figures_near_the_issue():
 @pytest.mark.parametrize("clients, ratio, K", [(5, 2, 3), (100, 50, 10)])
 def test_next_starts_are_the_next_ticks_starts(clients, ratio, K):
     """The server sends the next tick's starters their model before it scores the new
-    version (server._send_ahead): next_starts() must name exactly the clients the tick
+    version (rounds.TickRounds._send_ahead): next_starts() must name exactly the clients the tick
     then starts, at every tick, an aggregation's included."""
     speeds = np.array([1, 1, 2, 2, 2]) if clients == 5 else None
     clock = TickClock(clients, ratio, 0, K, speeds=speeds)

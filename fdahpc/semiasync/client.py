@@ -32,14 +32,13 @@ import numpy as np
 import torch
 
 from .. import faults
-from ..aggregate import sketch_cosine
 from ..comm import Communicator, Outbox
 from ..control import Diverged
 from ..evaluate import score
 from ..lr_schedule import LRSchedule
 from ..worker import BatchStream, local_steps, make_job_optimizer
-from .fedqs import (FedQSParams, authors_ready, classify, decide, heavy_ball_step_, label_accuracies, layer_angle, layer_bounds,
-                    similarity)
+from .fedqs import FedQSParams, heavy_ball_step_, label_accuracies
+from .fedqs_clients import FedQSClients
 from .protocol import Down, Tag, UpKind, down_header_len, pack_up, peak_rss_bytes, unpack_down
 from .combination import add_member
 from .store import ModelStore, capacity
@@ -47,7 +46,6 @@ from .store import ModelStore, capacity
 __all__ = ["ClientData", "Host"]
 
 log = logging.getLogger("fdahpc")
-SSBC = 3
 #: What a client carries from one job to the next (beside its batch stream): saved in checkpoints.
 _CLIENT_FIELDS = ("lr", "done_at", "f_i", "f_bar", "s_bar", "jobs")
 
@@ -107,6 +105,31 @@ class Uploads:
     fedqs: FedQSParams | None = None
 
 
+class _Stateless:
+    """The clients of a rule that keeps no state between jobs (every rule but FedQS's):
+    :class:`.fedqs_clients.FedQSClients`' methods, doing nothing."""
+
+    held_peak = 0
+
+    def decide(self, i, c, version, reference, label_test):
+        return None, float("nan")
+
+    def keep(self, i, c, lr, end, start) -> None:
+        pass
+
+    def forget(self, version) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state, clients) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Host:
     """A client host (a rank other than 0): its clients' data and state, their jobs run as the
     server's models arrive (``training``), their results sent back as the rule wants them
@@ -120,17 +143,8 @@ class Host:
         self.training, self.device = training, torch.device(training.device)
         self.uploads, self.stats_updates, self.host_sums = uploads.kind, uploads.stats_updates, uploads.host_sums
         self.fedqs, self.num_classes, self.seed = uploads.fedqs, num_classes, training.seed
-        fedqs, seed, lr, host_sums = self.fedqs, self.seed, training.lr, self.host_sums
-        self.layers = layer_bounds(model)  # the authors' per-layer angle
-        # --fedqs-sketch-similarity: one sketcher for the host; a client's last update is kept
-        # as its sketch, each version received gets the sketch of its global step.
-        self.sketcher = None
-        if fedqs is not None and fedqs.sketch:
-            from ..sketch import AmsSketch  # imports Numba: only this option needs it
-
-            self.sketcher = AmsSketch(flat.dim, seed=seed)
-        self.ref_sketches: dict[int, np.ndarray] = {}
-        self.clients = {i: _Client(d, fedqs.eta0 if fedqs else lr) for i, d in clients.items()}
+        fedqs, host_sums = self.fedqs, self.host_sums
+        self.clients = {i: _Client(d, fedqs.eta0 if fedqs else training.lr) for i, d in clients.items()}
         # A version is the model, for FedQS followed by Mod①'s reference over the parameters.
         self.version_len = flat.state.numel() + (flat.dim if fedqs is not None else 0)
         # --aggregate hosts: the host also keeps its clients' finished updates until a COMBINE
@@ -141,13 +155,19 @@ class Host:
         self.versions = ModelStore(capacity(budget, self.version_len), spill_dir, self._next_use,
                                    tag=f"rank{comm.rank}-versions-")
         self.results = ModelStore(capacity(budget, flat.state.numel()), spill_dir,
-                                  lambda: self._done_at(self.results),
+                                  lambda: self._done_at(self.results.keys()),
                                   tag=f"rank{comm.rank}-updates-")
-        # A client's update is read at the start of its next job, which follows its last one's
-        # end: the client that finished first is taken to need it first.
-        self.deltas = ModelStore(capacity(budget, self.sketcher.rows * self.sketcher.cols if self.sketcher else flat.dim),
-                                 spill_dir, lambda: self._done_at(self.deltas),
-                                 tag=f"rank{comm.rank}-fedqs-updates-")
+        # What a client keeps between jobs (kept): for FedQS its last update, read by Mod① and Mod②.
+        self.kept = _Stateless()
+        if fedqs is not None:
+            # --fedqs-sketch-similarity: one sketcher for the host; a client's last update is kept
+            # as its sketch, each version received gets the sketch of its global step.
+            sketcher = None
+            if fedqs.sketch:
+                from ..sketch import AmsSketch  # imports Numba: only this option needs it
+
+                sketcher = AmsSketch(flat.dim, seed=self.seed)
+            self.kept = FedQSClients(fedqs, model, flat, sketcher, budget, spill_dir, self._done_at, tag=f"rank{comm.rank}-")
         self.ready: list[tuple[float, int]] = []
         self.header = np.empty(down_header_len(num_clients))
         self.outbox = Outbox(comm)
@@ -204,13 +224,13 @@ class Host:
         used = {c.start for c in self.clients.values() if c.start is not None}
         for v in [v for v in self.versions.keys() if v not in used]:
             self.versions.discard(v)
-            self.ref_sketches.pop(v, None)
+            self.kept.forget(v)
 
-    def _done_at(self, store: ModelStore) -> dict[int, float]:
-        """Client → end of its last job, for the clients with a vector in ``store``: the
-        finished updates wait for a COMBINE, the FedQS updates for the next job; either way
-        the client that finished first is needed first."""
-        return {i: self.clients[i].done_at for i in store.keys() if i in self.clients}
+    def _done_at(self, keys: list[int]) -> dict[int, float]:
+        """Client → end of its last job, for the clients ``keys`` of a store: the finished
+        updates wait for a COMBINE, the FedQS updates for the next job (which follows the
+        last one's end); either way the client that finished first is needed first."""
+        return {i: self.clients[i].done_at for i in keys if i in self.clients}
 
     def _next_use(self) -> dict[int, float]:
         """Version → virtual time of the earliest pending job that starts from it."""
@@ -221,29 +241,6 @@ class Host:
         return first
 
     # One local job ------------------------------------------------------------
-    def _decide(self, i: int, c: _Client):
-        """FedQS Mod① and Mod②: similarity (or the authors' angle) of client i's last update
-        to the reference, then the type."""
-        if i not in self.deltas:  # no update yet
-            return None, float("nan")
-        delta = self.deltas[i]
-        ref = self.versions[c.start][self.flat.state.numel():]
-        if self.fedqs.variant == "authors":
-            s_i = layer_angle(delta, ref, self.layers)
-        elif self.sketcher is not None:
-            if c.start not in self.ref_sketches:
-                self.ref_sketches[c.start] = self.sketcher.sketch(ref).astype(np.float32)
-            s_i = sketch_cosine(delta.numpy().reshape(self.sketcher.rows, self.sketcher.cols), self.ref_sketches[c.start])
-        else:
-            s_i = similarity(delta, ref, self.fedqs.similarity)
-        if self.fedqs.variant == "authors" and not authors_ready(c.f_i, c.f_bar, c.s_bar):
-            return None, s_i  # the angle is still reported (the server's θ̄ counts it)
-        s_bar = s_i if np.isnan(c.s_bar) else c.s_bar
-        labels = None
-        if classify(c.f_i, c.f_bar, s_i, s_bar, self.fedqs.variant) == SSBC:
-            labels = self._label_test(c.data)
-        return decide(self.fedqs, c.lr, c.f_i, c.f_bar, s_i, s_bar, labels), s_i
-
     def _label_test(self, data: ClientData) -> np.ndarray | None:
         """The global model's per-label accuracy on the client's probe samples, as the test reads it."""
         if data.probe is None or len(data.probe) == 0:
@@ -277,7 +274,8 @@ class Host:
         self.flat.state.copy_(w_start)
         # Any randomness inside the model (dropout) depends on the client and job alone.
         torch.manual_seed(int(np.random.SeedSequence(self.seed, spawn_key=(0x5A, 9, i, c.jobs)).generate_state(1)[0]))
-        decision, s_i = (None, float("nan")) if self.fedqs is None else self._decide(i, c)
+        ref = self.versions[c.start][self.flat.state.numel():]  # FedQS: Mod①'s reference
+        decision, s_i = self.kept.decide(i, c, c.start, ref, self._label_test)
         lr = decision.lr if decision else c.lr
         if self.training.schedule is not None:
             lr = lr * self.training.schedule.factor(c.start)
@@ -287,12 +285,7 @@ class Host:
         if self.nan_from is not None and c.start >= self.nan_from:
             faults.poison(self.model)  # FDAHPC_FAULT=nan@N:RANK
         payload = self.flat.state.to("cpu", copy=True)
-        if self.fedqs is not None:
-            c.lr = lr
-            delta = payload[: self.flat.dim] - w_start[: self.flat.dim]
-            if self.sketcher is not None:  # 5 KB with the default 5 x 250
-                delta = torch.from_numpy(self.sketcher.sketch(delta).astype(np.float32).ravel())
-            self.deltas.put(i, delta)
+        self.kept.keep(i, c, lr, payload, w_start)
         if self.uploads == "update":  # Δ for the parameters; running statistics travel as values (rules.py)
             end = None if self.stats_updates else self.flat.dim  # ... or as changes (authors' FedQS-SGD)
             payload[:end].sub_(w_start[:end])
@@ -321,13 +314,13 @@ class Host:
         try:
             self._serve(save)
         finally:
-            for store in (self.versions, self.results, self.deltas):
+            for store in (self.versions, self.results, self.kept):
                 store.close()
         if self.versions.spilled:
             log.debug("rank %d: %d versions written to %s and %d read back", self.comm.rank, self.versions.spilled,
                       self.versions.spill_dir, self.versions.loaded)
         bye = pack_up(UpKind.BYE, jobs=self.jobs_done, steps=self.steps_done, peak_rss=peak_rss_bytes(),
-                      held_peak=self.versions.peak + self.results.peak + (0 if self.sketcher else self.deltas.peak))
+                      held_peak=self.versions.peak + self.results.peak + self.kept.held_peak)
         self.comm.send_(bye, 0, Tag.UP_HEADER, "control")
         self.outbox.drain()
         if self.diverged:
@@ -360,9 +353,8 @@ class Host:
                    for i, c in self.clients.items()}
         # --aggregate hosts: the finished updates the server has not combined yet live here.
         results = {i: self.results[i] for i in self.results.keys()}
-        deltas = {i: self.deltas[i] for i in self.deltas.keys()}
         return {"clients": clients, "jobs_done": self.jobs_done, "steps_done": self.steps_done, "results": results,
-                "fedqs_updates": deltas}
+                "fedqs_updates": self.kept.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         saved = state["clients"]
@@ -380,6 +372,4 @@ class Host:
         self.jobs_done, self.steps_done = int(state["jobs_done"]), int(state["steps_done"])
         for i, payload in state.get("results", {}).items():
             self.results.put(int(i), payload)
-        for i, delta in state.get("fedqs_updates", {}).items():
-            if int(i) in self.clients:
-                self.deltas.put(int(i), delta)
+        self.kept.load_state_dict(state.get("fedqs_updates", {}), self.clients)
