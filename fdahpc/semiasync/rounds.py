@@ -52,7 +52,7 @@ class _Rounds:
     """What both clocks share: churn and the checkpoint's ``ahead`` entry."""
 
     clock: VirtualClock | TickClock
-    ahead: list[int] = []  # clients sent their next model ahead of their round (tick clock)
+    ahead: tuple[int, ...] | list[int] = ()  # clients sent their next model ahead of their round (tick clock)
 
     @property
     def active(self) -> np.ndarray:

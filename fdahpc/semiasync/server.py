@@ -107,9 +107,7 @@ class Server:
         # What the loop accumulates (saved in checkpoints): accuracy per round, bytes of the
         # rounds, the result so far, the virtual time, wall seconds of earlier segments.
         self.accuracy: list[float] = []
-        self.sent = 0
-        self.now = 0
-        self.wall_before = 0.0
+        self.sent, self.now, self.wall_before = 0, 0, 0.0
         self.result = dict(final_accuracy=float("nan"), final_loss=float("nan"), rounds_to_target=-1,
                            virtual_time_to_target=-1)
         self._started = time.perf_counter()
@@ -153,13 +151,14 @@ class Server:
     # Checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything the server needs to continue bit for bit (taken after :meth:`_quiesce`)."""
+        clock = self.clock.state_dict(self.inbox)  # the schedule, and who was sent their model ahead
         return {
             "state": self.flat.state.clone(), "version": self.version, "counts": self.counts.copy(),
             "similarity": self.similarity.copy(), "last_step": None if self.last_step is None else self.last_step.clone(),
-            "rule": self.rule.state_dict(), "stash": self.inbox.state_dict(),
+            "rule": self.rule.state_dict(), "clock": clock["clock"], "stash": self.inbox.state_dict(),
             "progress": {"accuracy": list(self.accuracy), "sent": self.sent, "now": self.now,
                          "wall_seconds": self.elapsed(), "result": dict(self.result)},
-            **self.clock.state_dict(self.inbox),  # "clock" and "ahead"
+            "ahead": clock["ahead"],
         }
 
     def load_state_dict(self, state: dict) -> None:
