@@ -168,8 +168,8 @@ def causes(report: list[dict], every_run: list[dict], label: str) -> list[list]:
         if not own or sync is None:
             continue
         run = own[0]
-        reached = [tta.rule_cadence(r, family)[0] for r in runs if r["family"] == family and r["reached"] == "True"
-                   and tta.rule_cadence(r, family) and tta.rule_cadence(r, family)[0] < cad[0]]
+        shorter = (tta.rule_cadence(r, family) for r in runs if r["family"] == family and r["reached"] == "True")
+        reached = [c[0] for c in shorter if c and c[0] < cad[0]]
         budget = int(run["steps"])
         cause = (f"budget < {FAIR_BUDGET:g}x Synchronous's" if budget < FAIR_BUDGET * sync else
                  f"rounds too long: H <= {max(reached)} reached" if reached else "no cadence reached")
